@@ -1,0 +1,114 @@
+"""The back-end interface and the registry.
+
+A back end answers three questions and builds one callable:
+
+* ``available()``: can it run in this process at all (library importable)? None, or why not.
+* ``supports(case, device)``: can it run this case? None, or the reason, which becomes the pytest
+  skip reason word for word. Static knowledge only (dtypes, head dims, masks, layouts).
+* ``prepare(case, inputs)``: returns a no-argument forward callable over ``inputs``. Anything done
+  once (mask tensors, block masks, plans, compilation) happens here, outside the timed region.
+  When the library itself refuses the case at call time, raise :class:`Unsupported` with its
+  words; the case is skipped with them.
+
+Library imports happen inside methods, never at module import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..case import AttnCase
+    from ..device import DeviceInfo
+    from ..inputs import Inputs
+
+ForwardFn = Callable[[], "torch.Tensor"]
+
+
+class Unsupported(Exception):
+    """The back end cannot run this case; the message is the skip reason."""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    name: str
+    description: str
+    layout: str  # "bshd", "bhsd" or "thd"
+    needs_cuda: bool
+    has_backward: bool
+    default_enabled: bool
+
+    def available(self) -> str | None: ...
+
+    def supports(self, case: AttnCase, device: DeviceInfo) -> str | None: ...
+
+    def prepare(self, case: AttnCase, inputs: Inputs) -> ForwardFn: ...
+
+    def workspace_bytes(self, case: AttnCase) -> int: ...
+
+
+REQUIRED = ("name", "description", "layout", "needs_cuda", "has_backward", "default_enabled",
+            "available", "supports", "prepare", "workspace_bytes")
+
+
+class RegistryError(ValueError):
+    pass
+
+
+class Registry:
+    """Back ends by name. Registering a name twice or an incomplete object is an error."""
+
+    def __init__(self, backends: Iterable[Any] = ()) -> None:
+        self._by_name: dict[str, Backend] = {}
+        for backend in backends:
+            self.register(backend)
+
+    def register(self, backend: Any) -> None:
+        missing = [attr for attr in REQUIRED if not hasattr(backend, attr)]
+        if missing:
+            raise RegistryError(
+                f"{backend!r} is not a pytest-attn back end: it lacks {', '.join(missing)} "
+                "(see pytest_attn.backends.base.Backend)"
+            )
+        if backend.name in self._by_name:
+            raise RegistryError(f"back end {backend.name!r} is registered twice")
+        self._by_name[backend.name] = backend
+
+    def get(self, name: str) -> Backend:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise RegistryError(f"unknown back end {name!r}; known: {', '.join(self.names())}") from None
+
+    def names(self) -> list[str]:
+        return list(self._by_name)
+
+    def default_names(self) -> list[str]:
+        return [n for n, b in self._by_name.items() if b.default_enabled]
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._by_name.values())
+
+
+def call_or_unsupported(name: str, fn: ForwardFn) -> None:
+    """Run ``fn`` once; turn the library's refusal into :class:`Unsupported` with its own words
+    (and the warnings it gave, which is where PyTorch's SDPA says why a kernel was not used).
+    Out-of-memory is not a refusal: it propagates and fails the case."""
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            fn()
+        except torch.cuda.OutOfMemoryError:
+            raise
+        except (RuntimeError, ValueError, NotImplementedError) as exc:
+            why = [str(w.message).strip() for w in caught if "not used because" in str(w.message)]
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            detail = "; ".join([first, *why])
+            raise Unsupported(f"{name} refused this case: {detail}") from exc

@@ -1,0 +1,146 @@
+"""The one FLOP and byte model. Pure: no torch, no GPU.
+
+Convention ``exact-mask`` (the one every figure uses; its name is recorded in every result)
+--------------------------------------------------------------------------------------------
+Count the (query, key) pairs the mask leaves visible, per sequence and per query head, exactly:
+
+* forward: ``2 * (d_qk + d_v)`` FLOPs per visible pair per query head
+  (``2*d_qk`` for the ``q . k`` dot product, ``2*d_v`` for ``p . v``; softmax is not counted);
+* backward: ``2.5 x`` forward (five matrix products instead of two), so ``fwd+bwd = 3.5 x fwd``;
+* causal is bottom-right aligned: row ``i`` sees ``min(sk, max(0, i + 1 + sk - sq))`` keys;
+  sliding windows clip both sides; custom masks count their True entries; ragged (varlen) batches
+  sum over sequences; GQA/MQA changes bytes, not FLOPs (FLOPs are per *query* head).
+
+This is the convention of flash-attn's Hopper/FA4 and FlashInfer benchmarks.
+
+Convention ``fa2`` (reported beside it, for comparison with published figures)
+------------------------------------------------------------------------------
+flash-attn v2's benchmark script: ``4 * b * sq * sk * h * d`` (generalised here to
+``2 * sq * sk * h * (d_qk + d_v)`` per sequence), halved for any causal mask, not discounted for
+windows or custom masks; backward ``2.5 x``. It overstates causal work when ``sq != sk``.
+
+Minimal bytes
+-------------
+Each tensor read or written once from device memory: forward reads q, k, v and writes o; backward
+reads q, k, v, o and dO and writes dq, dk, dv (the per-row softmax statistics, 4 bytes per row per
+head, are left out as negligible). A custom mask adds one byte per (query, key) pair: the dense
+boolean mask a back end has to read. k and v count ``heads_kv`` heads, so GQA lowers bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .case import AttnCase, Mask
+
+CONVENTION = "exact-mask"
+FA2_CONVENTION = "fa2"
+BWD_FACTOR = 2.5
+
+
+def visible_keys_per_row(seqlen_q: int, seqlen_k: int, mask: Mask) -> np.ndarray:
+    """How many keys each query row sees, as an int64 array of length ``seqlen_q``."""
+    if mask.kind == "none":
+        return np.full(seqlen_q, seqlen_k, dtype=np.int64)
+    if mask.kind == "custom":
+        assert mask.fn is not None
+        dense = np.asarray(mask.fn(seqlen_q, seqlen_k), dtype=bool)
+        if dense.shape != (seqlen_q, seqlen_k):
+            raise ValueError(
+                f"custom mask {mask.name!r} returned shape {dense.shape}, expected ({seqlen_q}, {seqlen_k})"
+            )
+        return dense.sum(axis=1, dtype=np.int64)
+    left, right = mask.window_left, mask.window_right
+    rows = np.arange(seqlen_q, dtype=np.int64)
+    diag = rows + (seqlen_k - seqlen_q)  # the key aligned with each query (bottom-right)
+    lo = np.zeros_like(rows) if left < 0 else np.maximum(diag - left, 0)
+    hi = np.full_like(rows, seqlen_k - 1) if right < 0 else np.minimum(diag + right, seqlen_k - 1)
+    return np.maximum(hi - lo + 1, 0)
+
+
+def visible_pairs(seqlen_q: int, seqlen_k: int, mask: Mask) -> int:
+    """Exact number of visible (query, key) pairs of one sequence, one head."""
+    if mask.kind == "none":
+        return seqlen_q * seqlen_k
+    return int(visible_keys_per_row(seqlen_q, seqlen_k, mask).sum())
+
+
+@dataclass(frozen=True)
+class Work:
+    """What one call of a case must do: FLOPs (both conventions) and minimal bytes."""
+
+    flops: int
+    fa2_flops: int
+    min_bytes: int
+    visible_pairs: int  # summed over sequences, per head
+    total_pairs: int
+    convention: str = CONVENTION
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        """FLOPs per minimal byte."""
+        return self.flops / self.min_bytes
+
+    @property
+    def density(self) -> float:
+        """Fraction of (query, key) pairs the mask leaves visible."""
+        return self.visible_pairs / self.total_pairs
+
+
+def _direction_factor(case: AttnCase) -> float:
+    return 1.0 + BWD_FACTOR if case.direction == "fwd+bwd" else 1.0
+
+
+def _case_pairs(case: AttnCase) -> tuple[int, int]:
+    """(visible, total) (query, key) pairs summed over the sequences, per head."""
+    lengths = list(zip(case.seqlens_q, case.seqlens_k))
+    visible = sum(visible_pairs(sq, sk, case.mask) for sq, sk in lengths)
+    return visible, sum(sq * sk for sq, sk in lengths)
+
+
+def forward_flops(case: AttnCase) -> int:
+    return 2 * (case.head_dim_qk + case.head_dim_v) * case.heads_q * _case_pairs(case)[0]
+
+
+def flops(case: AttnCase) -> int:
+    """FLOPs of one timed call (forward, or forward + backward), ``exact-mask`` convention."""
+    return round(forward_flops(case) * _direction_factor(case))
+
+
+def fa2_flops(case: AttnCase) -> int:
+    """FLOPs as flash-attn v2's benchmark counts them (see module docstring)."""
+    fwd = 2 * (case.head_dim_qk + case.head_dim_v) * case.heads_q * _case_pairs(case)[1]
+    if case.mask.kind == "causal":
+        fwd /= 2
+    return round(fwd * _direction_factor(case))
+
+
+def min_bytes(case: AttnCase) -> int:
+    """Minimal device-memory traffic of one timed call (see module docstring)."""
+    e = case.elem_bytes
+    q = case.total_q * case.heads_q * case.head_dim_qk * e
+    k = case.total_k * case.heads_kv * case.head_dim_qk * e
+    v = case.total_k * case.heads_kv * case.head_dim_v * e
+    o = case.total_q * case.heads_q * case.head_dim_v * e
+    mask = 0
+    if case.mask.kind == "custom":
+        mask = sum(sq * sk for sq, sk in zip(case.seqlens_q, case.seqlens_k))
+    fwd = q + k + v + o + mask
+    if case.direction == "fwd":
+        return fwd
+    # backward: read q, k, v, o, dO (+ mask); write dq, dk, dv
+    bwd = q + k + v + o + o + mask + q + k + v
+    return fwd + bwd
+
+
+def work(case: AttnCase) -> Work:
+    pairs, total = _case_pairs(case)
+    return Work(
+        flops=flops(case),
+        fa2_flops=fa2_flops(case),
+        min_bytes=min_bytes(case),
+        visible_pairs=pairs,
+        total_pairs=total,
+    )

@@ -1,0 +1,110 @@
+"""Input tensors for a case, in the layout a back end takes (GPU or CPU I/O; imports torch lazily).
+
+Layouts: ``bshd`` (flash-attn), ``bhsd`` (SDPA, flex_attention), ``thd`` (packed tokens with
+``cu_seqlens``: varlen kernels and the reference). Each back end gets its inputs contiguous in its
+own layout, so no layout copy lands in the timed call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .case import AttnCase
+
+if TYPE_CHECKING:
+    import torch
+
+LAYOUTS: tuple[str, ...] = ("bshd", "bhsd", "thd")
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    import torch
+
+    return {
+        "fp16": torch.float16,
+        "bf16": torch.bfloat16,
+        "fp32": torch.float32,
+        "fp8": torch.float8_e4m3fn,
+    }[name]
+
+
+@dataclass
+class Inputs:
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    layout: str
+    cu_seqlens_q: torch.Tensor | None = None
+    cu_seqlens_k: torch.Tensor | None = None
+    grad_out: torch.Tensor | None = None
+
+    @property
+    def nbytes(self) -> int:
+        tensors: list[Any] = [self.q, self.k, self.v, self.grad_out]
+        return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+
+def _cu_seqlens(lengths: tuple[int, ...], device: torch.device | str) -> torch.Tensor:
+    import torch
+
+    cu = [0]
+    for n in lengths:
+        cu.append(cu[-1] + n)
+    return torch.tensor(cu, dtype=torch.int32, device=device)
+
+
+def _randn(shape: tuple[int, ...], case: AttnCase, device: torch.device | str, gen: torch.Generator) -> torch.Tensor:
+    import torch
+
+    # Draw in fp32 then cast: fp8 has no randn, and every dtype then sees the same values.
+    # Never zeros: they hide unwritten outputs and can run faster than real data.
+    return torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(torch_dtype(case.dtype))
+
+
+def make_inputs(
+    case: AttnCase,
+    layout: str,
+    device: torch.device | str,
+    *,
+    requires_grad: bool = False,
+    seed: int = 0,
+) -> Inputs:
+    """Random q, k, v (and dO for fwd+bwd) for ``case`` in ``layout`` on ``device``."""
+    import torch
+
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout={layout!r} is not one of {', '.join(LAYOUTS)}")
+    if layout != "thd" and case.ragged:
+        raise ValueError(f"{case.id}: a ragged batch needs the packed 'thd' layout, not {layout!r}")
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    b, sq, sk = case.batch, case.max_seqlen_q, case.max_seqlen_k
+    hq, hk, dqk, dv = case.heads_q, case.heads_kv, case.head_dim_qk, case.head_dim_v
+    if layout == "thd":
+        shapes = [(case.total_q, hq, dqk), (case.total_k, hk, dqk), (case.total_k, hk, dv), (case.total_q, hq, dv)]
+    elif layout == "bshd":
+        shapes = [(b, sq, hq, dqk), (b, sk, hk, dqk), (b, sk, hk, dv), (b, sq, hq, dv)]
+    else:
+        shapes = [(b, hq, sq, dqk), (b, hk, sk, dqk), (b, hk, sk, dv), (b, hq, sq, dv)]
+    q, k, v = (_randn(s, case, device, gen) for s in shapes[:3])
+    grad_out = _randn(shapes[3], case, device, gen) if case.direction == "fwd+bwd" else None
+    if requires_grad:
+        for t in (q, k, v):
+            t.requires_grad_(True)
+    inputs = Inputs(q, k, v, layout, grad_out=grad_out)
+    if layout == "thd":
+        inputs.cu_seqlens_q = _cu_seqlens(case.seqlens_q, device)
+        inputs.cu_seqlens_k = _cu_seqlens(case.seqlens_k, device)
+    return inputs
+
+
+def sequence(t: torch.Tensor, layout: str, case: AttnCase, index: int, which: str = "q") -> torch.Tensor:
+    """Sequence ``index`` of a q-side (``which="q"``) or k-side tensor as ``(s, h, d)``."""
+    if layout == "bshd":
+        return t[index]
+    if layout == "bhsd":
+        return t[index].transpose(0, 1)
+    lengths = case.seqlens_q if which == "q" else case.seqlens_k
+    start = sum(lengths[:index])
+    return t[start : start + lengths[index]]

@@ -1,0 +1,219 @@
+"""pytest hooks and fixtures of pytest-attn. Wiring only: the logic lives in the modules it calls.
+
+Loaded through the ``pytest11`` entry point. Nothing here imports torch at import time or touches
+CUDA during collection beyond ``torch.cuda.is_available()`` to pick the ``auto`` profile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from . import options as opt
+from .backends import Registry, builtin_registry
+from .case import AttnCase
+from .catalog import profile_variants
+from .runner import CaseFailed, CaseResult, CaseSkipped, RunSettings, run_case
+from .stopping import WarmupRule
+from .summary import render
+from .timing import feed_benchmark, replay_clock
+
+if TYPE_CHECKING:
+    from .device import DeviceInfo
+    from .peaks import Peak
+
+
+class AttnSession:
+    """State of one pytest session: resolved options, back ends, device, results."""
+
+    def __init__(self, options: opt.AttnOptions, registry: Registry, backends: tuple[str, ...]) -> None:
+        self.options = options
+        self.registry = registry
+        self.backends = backends
+        self.results: list[CaseResult] = []
+        self.skips: list[str] = []
+        self._device: DeviceInfo | None = None
+
+    @cached_property
+    def profile(self) -> str:
+        if self.options.profile != "auto":
+            return self.options.profile
+        import torch
+
+        return "default" if torch.cuda.is_available() else "cpu"
+
+    @property
+    def device(self) -> DeviceInfo:
+        if self._device is None:
+            from .device import probe_device
+
+            self._device = probe_device()
+        return self._device
+
+    @property
+    def device_if_probed(self) -> DeviceInfo | None:
+        return self._device
+
+    @cached_property
+    def settings(self) -> RunSettings:
+        return RunSettings(
+            timer=self.options.timer,
+            stop=self.options.stop_rule(self.profile),
+            warmup=WarmupRule(max_time_s=2.0 if self.profile == "cpu" else 10.0),
+            verify=self.options.verify,
+            peak_tflops=self.options.peak_tflops,
+        )
+
+    def cases(self, kind: str = "prefill") -> list[AttnCase]:
+        """The profile's cases of one kind ("prefill", "decode" or "all") for the selected back ends,
+        dtypes and directions, back ends innermost so one problem's results sit together."""
+        variants = profile_variants(self.profile)
+        if kind != "all":
+            variants = [v for v in variants if v.shape.decode == (kind == "decode")]
+        if self.options.dtypes:
+            variants = [v for v in variants if v.dtype in self.options.dtypes]
+        if self.options.directions:
+            variants = [v for v in variants if v.direction in self.options.directions]
+        return [v.case(b) for v in variants for b in self.backends]
+
+
+ATTN_SESSION = pytest.StashKey[AttnSession]()
+
+
+def attn_session(config: pytest.Config) -> AttnSession:
+    return config.stash[ATTN_SESSION]
+
+
+def attn_cases(config: pytest.Config, kind: str = "prefill") -> list[AttnCase]:
+    """Cases for a suite's ``pytest_generate_tests``; see suites/test_prefill.py."""
+    return attn_session(config).cases(kind)
+
+
+# ---- options ---------------------------------------------------------------------------------
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("attn", "pytest-attn: GPU attention benchmarks")
+    group.addoption("--attn-profile", type=opt.profile, default="auto", metavar="NAME",
+                    help="case set: smoke (about a minute on one GPU), default, full, cpu (tiny shapes, no GPU);"
+                         " auto = default on a GPU, cpu without (default: auto)")
+    group.addoption("--attn-backends", type=opt.names_list, default=("default",), metavar="LIST",
+                    help="comma-separated back ends, or 'default' / 'all' (default: default = every built-in"
+                         " but the slow upcast reference)")
+    group.addoption("--attn-dtypes", type=opt.dtypes, default=None, metavar="LIST",
+                    help="keep only these dtypes of the profile: fp16,bf16,fp32,fp8")
+    group.addoption("--attn-directions", type=opt.directions, default=None, metavar="LIST",
+                    help="keep only these directions: fwd, fwd+bwd")
+    group.addoption("--attn-peak-tflops", type=opt.positive_float("--attn-peak-tflops"), default=None,
+                    metavar="TFLOPS", help="dense peak TFLOP/s to compute MFU against (for GPUs not in the peak table)")
+    group.addoption("--attn-timer", type=opt.timer, default="auto", metavar="KIND",
+                    help="auto (CUDA graph for calls < 5 ms, CUDA events otherwise), cuda-event, cuda-graph, cpu")
+    group.addoption("--attn-precision", type=opt.precision, default=0.01, metavar="FRACTION",
+                    help="stop sampling when the median's 95%% CI half-width is below this (default 0.01 = 1%%)")
+    group.addoption("--attn-max-time", type=opt.positive_float("--attn-max-time"), default=None, metavar="SECONDS",
+                    help="cap on sampling time per case (default by profile: smoke 2, default 3, full 5, cpu 0.5)")
+    group.addoption("--attn-min-samples", type=opt.min_samples, default=10, metavar="N",
+                    help="samples to take at least (default 10)")
+    group.addoption("--attn-no-verify", action="store_true", default=False,
+                    help="skip the check of sampled output rows against the fp64 reference before timing")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "attn: a pytest-attn benchmark case")
+    options = opt.AttnOptions(
+        profile=config.getoption("attn_profile"),
+        backends=config.getoption("attn_backends"),
+        dtypes=config.getoption("attn_dtypes"),
+        directions=config.getoption("attn_directions"),
+        peak_tflops=config.getoption("attn_peak_tflops"),
+        timer=config.getoption("attn_timer"),
+        precision=config.getoption("attn_precision"),
+        max_time_s=config.getoption("attn_max_time"),
+        min_samples=config.getoption("attn_min_samples"),
+        verify=not config.getoption("attn_no_verify"),
+    )
+    registry = builtin_registry()
+    try:
+        backends = options.resolve_backends(registry.names(), registry.default_names())
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[ATTN_SESSION] = AttnSession(options, registry, backends)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Benchmarks of one problem share a pytest-benchmark group; their times come from our engine."""
+    for item in items:
+        case = getattr(item, "callspec", None) and item.callspec.params.get("case")  # type: ignore[attr-defined]
+        if isinstance(case, AttnCase) and "attn_bench" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.benchmark(group=case.group, timer=replay_clock), append=False)
+            item.add_marker(pytest.mark.attn)
+
+
+# ---- fixtures --------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def attn_device(request: pytest.FixtureRequest) -> DeviceInfo:
+    """The device this session measures on (probed once, on first use)."""
+    return attn_session(request.config).device
+
+
+@pytest.fixture(scope="session")
+def attn_peak(request: pytest.FixtureRequest, attn_device: DeviceInfo) -> Callable[[str], Peak]:
+    """``attn_peak(dtype)``: the datasheet and clock-aware peaks for a dtype on this device."""
+    override = attn_session(request.config).options.peak_tflops
+    return lambda dtype: attn_device.peak(dtype, override)
+
+
+@pytest.fixture
+def attn_bench(request: pytest.FixtureRequest, benchmark: Any, attn_device: DeviceInfo) -> Iterator[
+    Callable[[AttnCase], CaseResult | None]
+]:
+    """``attn_bench(case)`` measures the case and records it in pytest-benchmark; skips with the
+    back end's reason when it cannot run here."""
+    session = attn_session(request.config)
+
+    def run(case: AttnCase) -> CaseResult | None:
+        backend = session.registry.get(case.backend)
+        measure = not benchmark.disabled
+        try:
+            result = run_case(case, backend, attn_device, session.settings, measure=measure)
+        except CaseSkipped as exc:
+            session.skips.append(str(exc))
+            pytest.skip(str(exc))
+        except CaseFailed as exc:
+            pytest.fail(str(exc), pytrace=False)
+        if result is None:  # --benchmark-disable: checked and ran once, nothing timed
+            return None
+        feed_benchmark(benchmark, result.samples_s)
+        benchmark.extra_info.update(result.extra_info())
+        recorded = benchmark.stats.stats.median
+        if abs(recorded - result.median_s) > 1e-6 * result.median_s:
+            pytest.fail(
+                f"pytest-benchmark recorded a median of {recorded:.6g} s but pytest-attn measured "
+                f"{result.median_s:.6g} s: another benchmark(timer=...) marker or plugin overrides "
+                "pytest-attn's replay clock on this test; remove it",
+                pytrace=False,
+            )
+        session.results.append(result)
+        return result
+
+    yield run
+
+
+# ---- reporting -------------------------------------------------------------------------------
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    session = config.stash.get(ATTN_SESSION, None)
+    if session is None or not (session.results or session.skips):
+        return
+    terminalreporter.write_sep("=", "pytest-attn summary")
+    lines = render(session.results, session.device_if_probed, session.skips)
+    lines.insert(0, f"profile: {session.profile}; back ends: {', '.join(session.backends)}")
+    for line in lines:
+        terminalreporter.write_line(line)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, Any]) -> None:
+    session = config.stash.get(ATTN_SESSION, None)
+    if session is not None and session.device_if_probed is not None:
+        machine_info["attn_device"] = session.device_if_probed.as_machine_info()

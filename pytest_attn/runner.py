@@ -1,0 +1,288 @@
+"""Runs one case end to end: checks, inputs, correctness check, warm-up, timer choice, sampling,
+figures. pytest-free: it raises :class:`CaseSkipped` or :class:`CaseFailed`, the plugin turns those
+into pytest outcomes. Memory is released before either is raised, so the session goes on."""
+
+from __future__ import annotations
+
+import gc
+import time
+import traceback
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from . import flops
+from .metrics import Figures, figures
+from .reference import RowCheck, check_rows
+from .stopping import (
+    StopRule,
+    WarmupRule,
+    choose_timer,
+    graph_calls_per_replay,
+    input_sets,
+    median,
+    relative_precision,
+)
+from .timing import CpuTimer, CudaEventTimer, CudaGraphTimer, L2Flush, Sampling, WarmupReport, sample_until, warm_up
+
+if TYPE_CHECKING:
+    from .backends.base import Backend
+    from .case import AttnCase
+    from .device import DeviceInfo
+    from .inputs import Inputs
+
+
+class CaseSkipped(Exception):
+    """The case cannot run here; the message says why and what to do."""
+
+
+class CaseFailed(Exception):
+    """The case ran and failed (wrong output, out of memory, a back-end error)."""
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    timer: str = "auto"
+    stop: StopRule = StopRule()
+    warmup: WarmupRule = WarmupRule()
+    verify: bool = True
+    peak_tflops: float | None = None
+    memory_headroom: float = 0.9  # use at most this fraction of free memory
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    case: AttnCase
+    work: flops.Work
+    figures: Figures
+    samples_s: list[float]
+    precision: float
+    stop_reason: str
+    timer: str
+    timer_note: str
+    calls_per_sample: int
+    input_sets: int
+    warmup: WarmupReport
+    sm_clocks_mhz: list[int]
+    check: RowCheck | None
+    elapsed_s: float
+
+    @property
+    def median_s(self) -> float:
+        return self.figures.median_s
+
+    @property
+    def sm_clock_mhz(self) -> float | None:
+        return median(self.sm_clocks_mhz) if self.sm_clocks_mhz else None
+
+    def extra_info(self) -> dict[str, Any]:
+        """Everything a reader needs to trust (or question) the figure, for the benchmark JSON."""
+        info: dict[str, Any] = {
+            "attn_case": self.case.describe(),
+            "backend": self.case.backend,
+            "flops": self.work.flops,
+            "fa2_flops": self.work.fa2_flops,
+            "min_bytes": self.work.min_bytes,
+            "mask_density": self.work.density,
+            "timer": self.timer,
+            "timer_note": self.timer_note,
+            "calls_per_sample": self.calls_per_sample,
+            "input_sets": self.input_sets,
+            "samples": len(self.samples_s),
+            "precision": self.precision,
+            "stop_reason": self.stop_reason,
+            "warmup_calls": self.warmup.calls,
+            "warmup_s": self.warmup.elapsed_s,
+            "warmup_settled": self.warmup.settled,
+            "sm_clock_mhz": self.sm_clock_mhz,
+            "sm_clock_min_mhz": min(self.sm_clocks_mhz) if self.sm_clocks_mhz else None,
+            "sm_clock_max_mhz": max(self.sm_clocks_mhz) if self.sm_clocks_mhz else None,
+        }
+        info.update(self.figures.as_extra_info())
+        if self.check is not None:
+            info.update(check_rows=self.check.rows_checked, check_max_error=self.check.max_error,
+                        check_math_error=self.check.lowp_error)
+        return info
+
+
+def required_bytes(case: AttnCase, backend: Backend, device: DeviceInfo) -> int:
+    """Device memory one input set of this case needs: its tensors, gradients for fwd+bwd, the back
+    end's workspace and the L2-flush buffer."""
+    tensors = flops.min_bytes(case)
+    return tensors + backend.workspace_bytes(case) + 2 * (device.l2_bytes or 0)
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def check_can_run(case: AttnCase, backend: Backend, device: DeviceInfo, free_bytes: int | None) -> None:
+    """Raise :class:`CaseSkipped` with the reason when the case cannot run here."""
+    if backend.needs_cuda and not device.is_cuda:
+        raise CaseSkipped("no CUDA device")
+    why = backend.available()
+    if why:
+        raise CaseSkipped(why)
+    if case.direction == "fwd+bwd" and not backend.has_backward:
+        raise CaseSkipped(f"{backend.name} has no backward pass")
+    why = backend.supports(case, device)
+    if why:
+        raise CaseSkipped(why)
+    if device.is_cuda and free_bytes is not None:
+        need = required_bytes(case, backend, device)
+        if need > free_bytes:
+            raise CaseSkipped(
+                f"needs about {_gib(need)} of GPU memory ({case.describe()}) but {_gib(free_bytes)} is free;"
+                " skipped before allocating"
+            )
+
+
+def _make_step(case: AttnCase, forward: Any, inputs: Inputs) -> Any:
+    if case.direction == "fwd":
+        return forward
+    import torch
+
+    tensors = (inputs.q, inputs.k, inputs.v)
+    grad_out = inputs.grad_out
+
+    def step() -> Any:
+        return torch.autograd.grad(forward(), tensors, grad_out)
+
+    return step
+
+
+def run_case(
+    case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings, *, measure: bool = True
+) -> CaseResult | None:
+    """Measure one case (with ``measure=False``: check it and run it once, time nothing).
+    Raises CaseSkipped or CaseFailed, with memory released."""
+    free = None
+    if device.is_cuda:
+        import torch
+
+        gc.collect()
+        torch.cuda.empty_cache()
+        free = int(torch.cuda.mem_get_info()[0] * settings.memory_headroom)
+    check_can_run(case, backend, device, free)
+    skipped: str | None = None
+    failed: str | None = None
+    try:
+        return _measure(case, backend, device, settings, free, measure)
+    except CaseSkipped as exc:
+        skipped = str(exc)
+    except CaseFailed as exc:
+        failed = str(exc)
+    except Exception as exc:
+        from .backends.base import Unsupported
+
+        if isinstance(exc, Unsupported):
+            skipped = str(exc)
+        else:
+            failed = _describe_failure(case, exc, device)
+    # The exception and its frames (holding the case's tensors) are gone here: free the memory.
+    _release(device)
+    if skipped is not None:
+        raise CaseSkipped(skipped)
+    raise CaseFailed(failed)
+
+
+def _describe_failure(case: AttnCase, exc: Exception, device: DeviceInfo) -> str:
+    head = f"{case.id} failed: {type(exc).__name__}: {exc}"
+    if "out of memory" in str(exc).lower():
+        head += (f"\nThe case needed more GPU memory than the estimate ({case.describe()}); "
+                 "its memory was released and the session goes on.")
+    return head + "\n\n" + "".join(traceback.format_exception(exc))
+
+
+def _release(device: DeviceInfo) -> None:
+    gc.collect()
+    if device.is_cuda:
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+def _measure(
+    case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings, free: int | None, measure: bool
+) -> CaseResult | None:
+    import torch
+
+    from .inputs import make_inputs
+
+    started = time.perf_counter()
+    dev = torch.device("cuda", device.index or 0) if device.is_cuda else torch.device("cpu")
+    grad = case.direction == "fwd+bwd"
+    first = make_inputs(case, backend.layout, dev, requires_grad=grad, seed=0)
+    forward = backend.prepare(case, first)  # may raise Unsupported with the library's words
+    check = None
+    if settings.verify:
+        with torch.no_grad():
+            out = forward()
+        check = check_rows(case, first, out, backend.layout)
+        del out
+        if not check.ok:
+            raise CaseFailed(check.message(case))
+    steps = [_make_step(case, forward, first)]
+    if not measure:
+        steps[0]()
+        return None
+    flush = L2Flush(device.l2_bytes, dev) if device.is_cuda else None
+
+    def timed_once() -> float:
+        if flush is None:
+            return CpuTimer(steps).sample()
+        return CudaEventTimer(steps, flush).sample()
+
+    report = warm_up(timed_once, settings.warmup)
+    kind = choose_timer(settings.timer, device.is_cuda, report.estimate_s)
+    note = ""
+    sets = 1
+    timer: Any
+    if kind == "cuda-graph":
+        assert flush is not None
+        per_set = flops.min_bytes(case)
+        sets = input_sets(per_set, device.l2_bytes)
+        if free is not None:  # extra copies may use half of what the first one left free
+            spare = free - required_bytes(case, backend, device)
+            sets = max(1, min(sets, spare // (2 * per_set)))
+        for seed in range(1, sets):
+            extra = make_inputs(case, backend.layout, dev, requires_grad=grad, seed=seed)
+            steps.append(_make_step(case, backend.prepare(case, extra), extra))
+        calls = max(graph_calls_per_replay(report.estimate_s), len(steps))
+        try:
+            timer = CudaGraphTimer(steps, calls, flush)
+            for _ in range(2):  # the first replays upload the graph
+                timer.sample()
+        except Exception as exc:  # capture is not possible for every library: fall back, say why
+            torch.cuda.synchronize()
+            kind, note = "cuda-event", f"graph capture failed ({type(exc).__name__}: {exc}); timed with events"
+            steps = steps[:1]
+            sets = 1
+            timer = CudaEventTimer(steps, flush)
+    elif kind == "cuda-event":
+        assert flush is not None
+        timer = CudaEventTimer(steps, flush)
+        if report.estimate_s < 1e-3:
+            note = "short call timed with events: includes host launch overhead"
+    else:
+        timer = CpuTimer(steps)
+    sampling: Sampling = sample_until(timer, settings.stop, read_sm_clock=device.nvml.sm_clock_mhz)
+    work = flops.work(case)
+    med = median(sampling.samples_s)
+    clock = median(sampling.sm_clocks_mhz) if sampling.sm_clocks_mhz else None
+    figs = figures(work, med, device.peak(case.dtype, settings.peak_tflops), clock)
+    return CaseResult(
+        case=case,
+        work=work,
+        figures=figs,
+        samples_s=sampling.samples_s,
+        precision=relative_precision(sampling.samples_s),
+        stop_reason=sampling.stop_reason,
+        timer=kind,
+        timer_note=note,
+        calls_per_sample=getattr(timer, "calls_per_sample", 1),
+        input_sets=sets,
+        warmup=report,
+        sm_clocks_mhz=sampling.sm_clocks_mhz,
+        check=check,
+        elapsed_s=time.perf_counter() - started,
+    )

@@ -1,0 +1,99 @@
+"""The end-of-session table: one row per case, back ends on the same problem side by side. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .device import DeviceInfo
+    from .runner import CaseResult
+
+COLUMNS = ("backend", "median", "±95%", "TFLOP/s", "MFU", "MFU@clk", "SM MHz", "TB/s", "FLOP/B", "bound", "timer")
+
+
+def fmt_time(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.3f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3f} ms"
+    return f"{seconds * 1e6:.2f} us"
+
+
+def fmt_pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 100:.1f}%"
+
+
+def fmt_num(value: float | None, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value:,.{digits}f}"
+
+
+def row(result: CaseResult) -> tuple[str, ...]:
+    f = result.figures
+    clock = result.sm_clock_mhz
+    timer = result.timer + (f" x{result.calls_per_sample}" if result.calls_per_sample > 1 else "")
+    return (
+        result.case.backend,
+        fmt_time(f.median_s),
+        fmt_pct(result.precision) if result.precision != float("inf") else "n/a",
+        fmt_num(f.tflops, 1 if f.tflops >= 1 else 3),
+        fmt_pct(f.mfu_datasheet),
+        fmt_pct(f.mfu_at_clock),
+        "n/a" if clock is None else f"{clock:.0f}",
+        fmt_num(f.tbps, 2 if f.tbps >= 0.01 else 4),
+        fmt_num(f.arithmetic_intensity, 0),
+        f.bound,
+        timer,
+    )
+
+
+def _table(rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for r in rows:
+        cells = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))]
+        lines.append(indent + "  ".join(cells).rstrip())
+    return lines
+
+
+def render(results: Sequence[CaseResult], device: DeviceInfo | None, skips: Iterable[str] = ()) -> list[str]:
+    """Lines of the summary: a header, then one block per problem (group)."""
+    lines: list[str] = []
+    if device is not None:
+        lines.append(f"device: {device.describe()}")
+        if device.is_cuda and device.nvml_status != "ok":
+            lines.append(f"NVML: {device.nvml_status}")
+    if results:
+        lines.append(
+            "FLOPs: exact-mask convention (2*(d_qk+d_v) per visible query-key pair per head, bwd = 2.5 x fwd);"
+            " MFU vs the datasheet peak, MFU@clk vs the peak at the SM clock seen while sampling"
+        )
+    groups: dict[str, list[CaseResult]] = {}
+    for r in results:
+        groups.setdefault(r.case.group, []).append(r)
+    notes: list[str] = []
+    for group, members in groups.items():
+        first = members[0]
+        lines.append("")
+        lines.append(f"{group}: {first.case.describe()}, {first.work.flops / 1e9:,.3f} GFLOP per call")
+        members = sorted(members, key=lambda r: r.median_s)
+        lines.extend(_table([COLUMNS, *(row(r) for r in members)]))
+        for r in members:
+            for note in (r.figures.peak_note, r.timer_note):
+                if note and note not in notes:
+                    notes.append(note)
+            if not r.warmup.settled:
+                notes.append(f"{r.case.id}: warm-up did not settle within its time cap")
+            if r.stop_reason != "precision":
+                notes.append(f"{r.case.id}: stopped at the {r.stop_reason} at ±{fmt_pct(r.precision)}")
+    if notes:
+        lines.append("")
+        lines.extend(f"note: {n}" for n in notes)
+    reasons: dict[str, int] = {}
+    for reason in skips:
+        reasons[reason] = reasons.get(reason, 0) + 1
+    if reasons:
+        lines.append("")
+        lines.append("skipped:")
+        lines.extend(f"  {n} x {reason}" for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1]))
+    return lines
