@@ -136,7 +136,7 @@ def check_can_run(case: AttnCase, backend: Backend, device: DeviceInfo, free_byt
             )
 
 
-def _make_step(case: AttnCase, forward: Any, inputs: Inputs) -> Any:
+def make_step(case: AttnCase, forward: Any, inputs: Inputs) -> Any:
     if case.direction == "fwd":
         return forward
     import torch
@@ -221,7 +221,7 @@ def _measure(
         del out
         if not check.ok:
             raise CaseFailed(check.message(case))
-    steps = [_make_step(case, forward, first)]
+    steps = [make_step(case, forward, first)]
     if not measure:
         steps[0]()
         return None
@@ -246,7 +246,7 @@ def _measure(
             sets = max(1, min(sets, spare // (2 * per_set)))
         for seed in range(1, sets):
             extra = make_inputs(case, backend.layout, dev, requires_grad=grad, seed=seed)
-            steps.append(_make_step(case, backend.prepare(case, extra), extra))
+            steps.append(make_step(case, backend.prepare(case, extra), extra))
         calls = max(graph_calls_per_replay(report.estimate_s), len(steps))
         try:
             timer = CudaGraphTimer(steps, calls, flush)

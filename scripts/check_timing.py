@@ -20,7 +20,7 @@ from pytest_attn.backends import builtin_registry
 from pytest_attn.catalog import SHAPES_BY_NAME
 from pytest_attn.device import probe_device
 from pytest_attn.inputs import make_inputs
-from pytest_attn.runner import RunSettings, _make_step, run_case
+from pytest_attn.runner import RunSettings, make_step, run_case
 from pytest_attn.stopping import StopRule
 from pytest_attn.timing import L2Flush
 
@@ -81,7 +81,7 @@ def main() -> int:
         result = run_case(case, backend, device, settings)
         dev = torch.device("cuda", device.index or 0)
         inputs = make_inputs(case, backend.layout, dev, requires_grad=direction == "fwd+bwd", seed=0)
-        step = _make_step(case, backend.prepare(case, inputs), inputs)
+        step = make_step(case, backend.prepare(case, inputs), inputs)
         flush = L2Flush(device.l2_bytes, dev)
         calls = args.calls if result.median_s < 0.05 else 5
         prof_s, kernels = profiler_kernel_time(step, flush, calls)
