@@ -93,6 +93,24 @@ class Registry:
         return iter(self._by_name.values())
 
 
+def explain_refusal(messages: list[str]) -> list[str]:
+    """Condense PyTorch's SDPA warnings into one line per kernel. PyTorch warns a header
+    ("Flash attention kernel not used because:") and then one warning per reason; each ends in
+    "(Triggered internally at ...)"."""
+    sections: list[str] = []
+    for raw in messages:
+        text = raw.split("(Triggered internally at")[0].strip()
+        if not text:
+            continue
+        if text.endswith("not used because:"):
+            sections.append(text)
+        elif sections and "not used because:" in sections[-1]:
+            sections[-1] += (" " if sections[-1].endswith(":") else "; ") + text
+        elif text not in sections:
+            sections.append(text)
+    return [s for s in sections if not s.endswith(":")]
+
+
 def call_or_unsupported(name: str, fn: ForwardFn) -> None:
     """Run ``fn`` once; turn the library's refusal into :class:`Unsupported` with its own words
     (and the warnings it gave, which is where PyTorch's SDPA says why a kernel was not used).
@@ -108,7 +126,6 @@ def call_or_unsupported(name: str, fn: ForwardFn) -> None:
         except torch.cuda.OutOfMemoryError:
             raise
         except (RuntimeError, ValueError, NotImplementedError) as exc:
-            why = [str(w.message).strip() for w in caught if "not used because" in str(w.message)]
+            why = explain_refusal([str(w.message) for w in caught])
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            detail = "; ".join([first, *why])
-            raise Unsupported(f"{name} refused this case: {detail}") from exc
+            raise Unsupported("; ".join([f"{name} refused this case: {first}", *why])) from exc
