@@ -214,6 +214,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, Any]) -> None:
+    """Put the GPU in pytest-benchmark's machine_info (saved runs and --benchmark-compare see it).
+    pytest-benchmark asks at start-up too, when it loads runs to compare, so probe here."""
     session = config.stash.get(ATTN_SESSION, None)
-    if session is not None and session.device_if_probed is not None:
-        machine_info["attn_device"] = session.device_if_probed.as_machine_info()
+    if session is not None:
+        machine_info["attn_device"] = session.device.as_machine_info()

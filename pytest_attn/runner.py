@@ -22,7 +22,16 @@ from .stopping import (
     median,
     relative_precision,
 )
-from .timing import CpuTimer, CudaEventTimer, CudaGraphTimer, L2Flush, Sampling, WarmupReport, sample_until, warm_up
+from .timing import (
+    CpuTimer,
+    CudaEventTimer,
+    CudaGraphTimer,
+    L2Flush,
+    Timer,
+    WarmupReport,
+    sample_until,
+    warm_up,
+)
 
 if TYPE_CHECKING:
     from .backends.base import Backend
@@ -201,17 +210,34 @@ def _release(device: DeviceInfo) -> None:
         torch.cuda.empty_cache()
 
 
-def _measure(
-    case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings, free: int | None, measure: bool
-) -> CaseResult | None:
+@dataclass
+class Prepared:
+    """A case ready to sample: its timer, and how it got there."""
+
+    timer: Timer
+    kind: str
+    note: str
+    input_sets: int
+    warmup: WarmupReport
+    check: RowCheck | None
+
+
+@dataclass
+class _Setup:
+    steps: list[Any]
+    check: RowCheck | None
+    flush: L2Flush | None
+    dev: Any
+
+
+def _setup(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings) -> _Setup:
+    """Inputs, the back end's callable, and the sampled-row check of its output."""
     import torch
 
     from .inputs import make_inputs
 
-    started = time.perf_counter()
     dev = torch.device("cuda", device.index or 0) if device.is_cuda else torch.device("cpu")
-    grad = case.direction == "fwd+bwd"
-    first = make_inputs(case, backend.layout, dev, requires_grad=grad, seed=0)
+    first = make_inputs(case, backend.layout, dev, requires_grad=case.direction == "fwd+bwd", seed=0)
     forward = backend.prepare(case, first)  # may raise Unsupported with the library's words
     check = None
     if settings.verify:
@@ -221,55 +247,70 @@ def _measure(
         del out
         if not check.ok:
             raise CaseFailed(check.message(case))
-    steps = [make_step(case, forward, first)]
-    if not measure:
-        steps[0]()
-        return None
     flush = L2Flush(device.l2_bytes, dev) if device.is_cuda else None
+    return _Setup([make_step(case, forward, first)], check, flush, dev)
+
+
+def _build_timer(
+    case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings, free: int | None, setup: _Setup
+) -> Prepared:
+    """Warm up, choose the timer by call length, add rotated input sets and capture the graph."""
+    import torch
+
+    from .inputs import make_inputs
+
+    steps, flush = setup.steps, setup.flush
 
     def timed_once() -> float:
-        if flush is None:
-            return CpuTimer(steps).sample()
-        return CudaEventTimer(steps, flush).sample()
+        return CpuTimer(steps).sample() if flush is None else CudaEventTimer(steps, flush).sample()
 
     report = warm_up(timed_once, settings.warmup)
     kind = choose_timer(settings.timer, device.is_cuda, report.estimate_s)
-    note = ""
-    sets = 1
-    timer: Any
-    if kind == "cuda-graph":
-        assert flush is not None
-        per_set = flops.min_bytes(case)
-        sets = input_sets(per_set, device.l2_bytes)
-        if free is not None:  # extra copies may use half of what the first one left free
-            spare = free - required_bytes(case, backend, device)
-            sets = max(1, min(sets, spare // (2 * per_set)))
-        for seed in range(1, sets):
-            extra = make_inputs(case, backend.layout, dev, requires_grad=grad, seed=seed)
-            steps.append(make_step(case, backend.prepare(case, extra), extra))
-        calls = max(graph_calls_per_replay(report.estimate_s), len(steps))
-        try:
-            timer = CudaGraphTimer(steps, calls, flush)
-            for _ in range(2):  # the first replays upload the graph
-                timer.sample()
-        except Exception as exc:  # capture is not possible for every library: fall back, say why
-            torch.cuda.synchronize()
-            kind, note = "cuda-event", f"graph capture failed ({type(exc).__name__}: {exc}); timed with events"
-            steps = steps[:1]
-            sets = 1
-            timer = CudaEventTimer(steps, flush)
-    elif kind == "cuda-event":
-        assert flush is not None
-        timer = CudaEventTimer(steps, flush)
-        if report.estimate_s < 1e-3:
-            note = "short call timed with events: includes host launch overhead"
-    else:
-        timer = CpuTimer(steps)
-    sampling: Sampling = sample_until(timer, settings.stop, read_sm_clock=device.nvml.sm_clock_mhz)
+    if kind == "cpu" or flush is None:
+        return Prepared(CpuTimer(steps), "cpu", "", 1, report, setup.check)
+    if kind == "cuda-event":
+        note = "short call timed with events: includes host launch overhead" if report.estimate_s < 1e-3 else ""
+        return Prepared(CudaEventTimer(steps, flush), kind, note, 1, report, setup.check)
+    per_set = flops.min_bytes(case)
+    sets = input_sets(per_set, device.l2_bytes)
+    if free is not None:  # extra copies may use half of what the first one left free
+        spare = free - required_bytes(case, backend, device)
+        sets = max(1, min(sets, spare // (2 * per_set)))
+    for seed in range(1, sets):
+        extra = make_inputs(case, backend.layout, setup.dev, requires_grad=case.direction == "fwd+bwd", seed=seed)
+        steps.append(make_step(case, backend.prepare(case, extra), extra))
+    calls = max(graph_calls_per_replay(report.estimate_s), len(steps))
+    try:
+        timer = CudaGraphTimer(steps, calls, flush)
+        for _ in range(2):  # the first replays upload the graph
+            timer.sample()
+    except Exception as exc:  # capture is not possible for every library: fall back, say why
+        torch.cuda.synchronize()
+        note = f"graph capture failed ({type(exc).__name__}: {exc}); timed with events"
+        return Prepared(CudaEventTimer(steps[:1], flush), "cuda-event", note, 1, report, setup.check)
+    return Prepared(timer, kind, "", sets, report, setup.check)
+
+
+def prepare_timer(
+    case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings, free: int | None = None
+) -> Prepared:
+    """Everything before the first sample (for tools that inspect the timer, e.g. a profiler check)."""
+    return _build_timer(case, backend, device, settings, free, _setup(case, backend, device, settings))
+
+
+def _measure(
+    case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings, free: int | None, measure: bool
+) -> CaseResult | None:
+    started = time.perf_counter()
+    setup = _setup(case, backend, device, settings)
+    if not measure:
+        setup.steps[0]()
+        return None
+    prepared = _build_timer(case, backend, device, settings, free, setup)
+    sampling = sample_until(prepared.timer, settings.stop, read_sm_clock=device.nvml.sm_clock_mhz)
     work = flops.work(case)
-    med = median(sampling.samples_s)
     clock = median(sampling.sm_clocks_mhz) if sampling.sm_clocks_mhz else None
-    figs = figures(work, med, device.peak(case.dtype, settings.peak_tflops), clock)
+    figs = figures(work, median(sampling.samples_s), device.peak(case.dtype, settings.peak_tflops), clock)
     return CaseResult(
         case=case,
         work=work,
@@ -277,12 +318,12 @@ def _measure(
         samples_s=sampling.samples_s,
         precision=relative_precision(sampling.samples_s),
         stop_reason=sampling.stop_reason,
-        timer=kind,
-        timer_note=note,
-        calls_per_sample=getattr(timer, "calls_per_sample", 1),
-        input_sets=sets,
-        warmup=report,
+        timer=prepared.kind,
+        timer_note=prepared.note,
+        calls_per_sample=prepared.timer.calls_per_sample,
+        input_sets=prepared.input_sets,
+        warmup=prepared.warmup,
         sm_clocks_mhz=sampling.sm_clocks_mhz,
-        check=check,
+        check=prepared.check,
         elapsed_s=time.perf_counter() - started,
     )
