@@ -7,7 +7,7 @@ from __future__ import annotations
 import gc
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import flops
@@ -26,6 +26,7 @@ from .timing import (
     CpuTimer,
     CudaEventTimer,
     CudaGraphTimer,
+    KernelSumTimer,
     L2Flush,
     Timer,
     WarmupReport,
@@ -74,6 +75,7 @@ class CaseResult:
     sm_clocks_mhz: list[int]
     check: RowCheck | None
     elapsed_s: float
+    replay_s: list[float] = field(default_factory=list)  # graph-replay figures behind kernel-sum
 
     @property
     def median_s(self) -> float:
@@ -106,6 +108,9 @@ class CaseResult:
             "sm_clock_min_mhz": min(self.sm_clocks_mhz) if self.sm_clocks_mhz else None,
             "sm_clock_max_mhz": max(self.sm_clocks_mhz) if self.sm_clocks_mhz else None,
         }
+        if self.replay_s:
+            replay = median(self.replay_s)
+            info.update(graph_replay_s=replay, launch_gap_s=replay - self.median_s)
         info.update(self.figures.as_extra_info())
         if self.check is not None:
             info.update(check_rows=self.check.rows_checked, check_max_error=self.check.max_error,
@@ -266,7 +271,7 @@ def _build_timer(
 
     report = warm_up(timed_once, settings.warmup)
     kind = choose_timer(settings.timer, device.is_cuda, report.estimate_s)
-    if kind == "cpu" or flush is None:
+    if kind == "cpu" or flush is None:  # a CPU run, whatever was asked
         return Prepared(CpuTimer(steps), "cpu", "", 1, report, setup.check)
     if kind == "cuda-event":
         note = "short call timed with events: includes host launch overhead" if report.estimate_s < 1e-3 else ""
@@ -280,15 +285,26 @@ def _build_timer(
         extra = make_inputs(case, backend.layout, setup.dev, requires_grad=case.direction == "fwd+bwd", seed=seed)
         steps.append(make_step(case, backend.prepare(case, extra), extra))
     calls = max(graph_calls_per_replay(report.estimate_s), len(steps))
+    inner: CudaGraphTimer | CudaEventTimer
+    note = ""
     try:
-        timer = CudaGraphTimer(steps, calls, flush)
+        inner = CudaGraphTimer(steps, calls, flush)
         for _ in range(2):  # the first replays upload the graph
-            timer.sample()
+            inner.sample()
     except Exception as exc:  # capture is not possible for every library: fall back, say why
         torch.cuda.synchronize()
-        note = f"graph capture failed ({type(exc).__name__}: {exc}); timed with events"
-        return Prepared(CudaEventTimer(steps[:1], flush), "cuda-event", note, 1, report, setup.check)
-    return Prepared(timer, kind, "", sets, report, setup.check)
+        note = f"graph capture failed ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})"
+        steps, sets = steps[:1], 1
+        inner = CudaEventTimer(steps, flush)
+        if kind == "cuda-graph":
+            return Prepared(inner, "cuda-event", note + "; timed with events", 1, report, setup.check)
+    if kind == "cuda-graph":
+        return Prepared(inner, kind, note, sets, report, setup.check)
+    try:
+        return Prepared(KernelSumTimer(inner, flush), kind, note, sets, report, setup.check)
+    except Exception as exc:  # no CUPTI (profiler unavailable): the graph or event figure stands
+        why = f"the profiler could not read kernel times ({type(exc).__name__}: {exc})"
+        return Prepared(inner, inner.kind, "; ".join(filter(None, [note, why])), sets, report, setup.check)
 
 
 def prepare_timer(
@@ -326,4 +342,5 @@ def _measure(
         sm_clocks_mhz=sampling.sm_clocks_mhz,
         check=prepared.check,
         elapsed_s=time.perf_counter() - started,
+        replay_s=list(getattr(prepared.timer, "replay_s", [])),
     )

@@ -7,6 +7,9 @@ Timers (all report seconds per call):
 * ``cuda-graph``: ``n`` calls (cycling through rotated input sets) captured in one CUDA graph; a
   sample is one replay between two events, divided by ``n``. Short calls are timed this way: one
   event pair around a single 14 us decode call measures ~100 us of host launch overhead.
+* ``kernel-sum``: the samples of a graph (or event) timer, read by CUPTI through the PyTorch
+  profiler: the sum of the device activity each call launched. This is the kernels' own time, free
+  of host overhead and of the ~1 us gaps between kernels inside a replay; short CUDA calls use it.
 * ``cpu``: ``time.perf_counter`` around one call, for the CPU profile.
 
 The loops (:func:`warm_up`, :func:`sample_until`) take the timer and the clock as arguments, so
@@ -123,6 +126,47 @@ class CudaGraphTimer:
         self._end.record()
         self._end.synchronize()
         return self._start.elapsed_time(self._end) / 1e3 / self.calls_per_sample
+
+
+def device_activity(run: Callable[[], Any]) -> list[tuple[str, float]]:
+    """(name, seconds) of every kernel, memset and memcpy that ``run()`` put on the GPU, as CUPTI
+    records them through ``torch.profiler`` (device timestamps: no host time, no launch gaps)."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    return [
+        (e.name, e.time_range.elapsed_us() / 1e6)
+        for e in prof.events()
+        if e.device_type == DeviceType.CUDA
+    ]
+
+
+class KernelSumTimer:
+    """Per-call time as the sum of the call's device activity (kernels, memsets, copies), read by
+    CUPTI over the samples of an inner CUDA-graph or event timer. It is what the PyTorch profiler
+    reports as the kernels' time: free of host launch overhead and of the ~1 us launch gaps between
+    kernels that a graph replay still contains (``replay_s`` keeps the inner timer's figures, so the
+    gap is reported too). Kernels running concurrently on several streams would be counted twice;
+    attention calls run on one stream."""
+
+    kind = "kernel-sum"
+
+    def __init__(self, inner: CudaGraphTimer | CudaEventTimer, flush: Callable[[], None]) -> None:
+        self.inner = inner
+        self.calls_per_sample = inner.calls_per_sample
+        self.replay_s: list[float] = []
+        self._flush_names = {name for name, _ in device_activity(flush)}
+
+    def sample(self) -> float:
+        out: list[float] = []
+        activity = device_activity(lambda: out.append(self.inner.sample()))
+        self.replay_s.extend(out)
+        busy = sum(sec for name, sec in activity if name not in self._flush_names)
+        return busy / self.calls_per_sample
 
 
 # ---- loops ---------------------------------------------------------------------------------
