@@ -95,7 +95,7 @@ def _direction_factor(case: AttnCase) -> float:
 
 def _case_pairs(case: AttnCase) -> tuple[int, int]:
     """(visible, total) (query, key) pairs summed over the sequences, per head."""
-    lengths = list(zip(case.seqlens_q, case.seqlens_k))
+    lengths = list(zip(case.seqlens_q, case.seqlens_k, strict=True))
     visible = sum(visible_pairs(sq, sk, case.mask) for sq, sk in lengths)
     return visible, sum(sq * sk for sq, sk in lengths)
 
@@ -112,9 +112,8 @@ def flops(case: AttnCase) -> int:
 def fa2_flops(case: AttnCase) -> int:
     """FLOPs as flash-attn v2's benchmark counts them (see module docstring)."""
     fwd = 2 * (case.head_dim_qk + case.head_dim_v) * case.heads_q * _case_pairs(case)[1]
-    if case.mask.kind == "causal":
-        fwd /= 2
-    return round(fwd * _direction_factor(case))
+    halved = 0.5 if case.mask.kind == "causal" else 1.0
+    return round(fwd * halved * _direction_factor(case))
 
 
 def min_bytes(case: AttnCase) -> int:
@@ -126,7 +125,7 @@ def min_bytes(case: AttnCase) -> int:
     o = case.total_q * case.heads_q * case.head_dim_v * e
     mask = 0
     if case.mask.kind == "custom":
-        mask = sum(sq * sk for sq, sk in zip(case.seqlens_q, case.seqlens_k))
+        mask = sum(sq * sk for sq, sk in zip(case.seqlens_q, case.seqlens_k, strict=True))
     fwd = q + k + v + o + mask
     if case.direction == "fwd":
         return fwd

@@ -62,6 +62,13 @@ def _randn(shape: tuple[int, ...], case: AttnCase, device: torch.device | str, g
     return torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(torch_dtype(case.dtype))
 
 
+def _lay_out(t: torch.Tensor, layout: str, batch: int) -> torch.Tensor:
+    if layout == "thd":
+        return t
+    bshd = t.view(batch, t.shape[0] // batch, *t.shape[1:])
+    return bshd if layout == "bshd" else bshd.transpose(1, 2).contiguous()
+
+
 def make_inputs(
     case: AttnCase,
     layout: str,
@@ -79,16 +86,13 @@ def make_inputs(
         raise ValueError(f"{case.id}: a ragged batch needs the packed 'thd' layout, not {layout!r}")
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
-    b, sq, sk = case.batch, case.max_seqlen_q, case.max_seqlen_k
     hq, hk, dqk, dv = case.heads_q, case.heads_kv, case.head_dim_qk, case.head_dim_v
-    if layout == "thd":
-        shapes = [(case.total_q, hq, dqk), (case.total_k, hk, dqk), (case.total_k, hk, dv), (case.total_q, hq, dv)]
-    elif layout == "bshd":
-        shapes = [(b, sq, hq, dqk), (b, sk, hk, dqk), (b, sk, hk, dv), (b, sq, hq, dv)]
-    else:
-        shapes = [(b, hq, sq, dqk), (b, hk, sk, dqk), (b, hk, sk, dv), (b, hq, sq, dv)]
-    q, k, v = (_randn(s, case, device, gen) for s in shapes[:3])
-    grad_out = _randn(shapes[3], case, device, gen) if case.direction == "fwd+bwd" else None
+    # Drawn packed, then laid out: one seed gives the same values in every layout, so outputs of
+    # back ends with different layouts can be compared element by element.
+    packed = [(case.total_q, hq, dqk), (case.total_k, hk, dqk), (case.total_k, hk, dv), (case.total_q, hq, dv)]
+    drawn = [_randn(s, case, device, gen) for s in packed[: 4 if case.direction == "fwd+bwd" else 3]]
+    q, k, v, *rest = (_lay_out(t, layout, case.batch) for t in drawn)
+    grad_out = rest[0] if rest else None
     if requires_grad:
         for t in (q, k, v):
             t.requires_grad_(True)

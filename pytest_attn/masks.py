@@ -68,7 +68,7 @@ def is_full(case: AttnCase) -> bool:
     if case.mask.kind == "none":
         return True
     return all(
-        visible_pairs(sq, sk, case.mask) == sq * sk for sq, sk in zip(case.seqlens_q, case.seqlens_k)
+        visible_pairs(sq, sk, case.mask) == sq * sk for sq, sk in zip(case.seqlens_q, case.seqlens_k, strict=True)
     )
 
 
@@ -83,5 +83,5 @@ def has_empty_rows(case: AttnCase) -> bool:
 
     return any(
         bool((visible_keys_per_row(sq, sk, case.mask) == 0).any())
-        for sq, sk in zip(case.seqlens_q, case.seqlens_k)
+        for sq, sk in zip(case.seqlens_q, case.seqlens_k, strict=True)
     )

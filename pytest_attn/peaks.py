@@ -55,22 +55,22 @@ class GpuSpec:
         return self.flops_per_clk_per_sm * (2 if kind == "fp8" else 1)
 
 
-# Order matters: more specific names first.
+# Order matters: more specific names first. Word boundaries keep GH200 from matching H200.
 GPU_TABLE: tuple[GpuSpec, ...] = (
-    GpuSpec(r"H100 NVL", "H100 NVL", 835, 1671, 132, None, 4096),
-    GpuSpec(r"H100 PCIe", "H100 PCIe", 756, 1513, 114, 1620, 4096),
-    GpuSpec(r"H100|H800", "H100 SXM / H800", 989, 1979, 132, 1830, 4096, mem_tbps=3.35),
-    GpuSpec(r"H200", "H200", 989, 1979, 132, 1830, 4096, mem_tbps=4.8),
-    GpuSpec(r"H20\b", "H20", 148, 296, None, None, 4096, derivable=False),
-    GpuSpec(r"A100.*80GB", "A100 80GB", 312, None, 108, 1410, 2048, mem_tbps=2.04),
-    GpuSpec(r"A100|A800", "A100 / A800", 312, None, 108, 1410, 2048),
-    GpuSpec(r"L40S", "L40S", 362, 733, 142, None, 1024),
+    GpuSpec(r"\bH100 NVL\b", "H100 NVL", 835, 1671, 132, None, 4096),
+    GpuSpec(r"\bH100 PCIe\b", "H100 PCIe", 756, 1513, 114, 1620, 4096),
+    GpuSpec(r"\bH100\b|\bH800\b", "H100 SXM / H800", 989, 1979, 132, 1830, 4096, mem_tbps=3.35),
+    GpuSpec(r"\bH200\b", "H200", 989, 1979, 132, 1830, 4096, mem_tbps=4.8),
+    GpuSpec(r"\bH20\b", "H20", 148, 296, None, None, 4096, derivable=False),
+    GpuSpec(r"\bA100\b.*80GB", "A100 80GB", 312, None, 108, 1410, 2048, mem_tbps=2.04),
+    GpuSpec(r"\bA100\b|\bA800\b", "A100 / A800", 312, None, 108, 1410, 2048),
+    GpuSpec(r"\bL40S\b", "L40S", 362, 733, 142, None, 1024),
     GpuSpec(r"\bL4\b", "L4", 121, 242, 58, 2040, 1024),
     GpuSpec(r"RTX 4090", "RTX 4090", 165.2, 330.3, 128, 2520, 512, mem_tbps=1.01),
     GpuSpec(r"RTX 3090", "RTX 3090", 71, None, 82, 1695, 512),
     GpuSpec(r"RTX A6000", "RTX A6000", 154.8, None, 84, 1800, 1024),
-    GpuSpec(r"GB200", "GB200", 2500, 5000, 148, None, 8192),
-    GpuSpec(r"B200", "B200", 2250, 4500, 148, None, 8192, mem_tbps=8.0),
+    GpuSpec(r"\bGB200\b", "GB200", 2500, 5000, 148, None, 8192),
+    GpuSpec(r"\bB200\b", "B200", 2250, 4500, 148, None, 8192, mem_tbps=8.0),
 )
 
 

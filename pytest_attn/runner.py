@@ -52,8 +52,8 @@ class CaseFailed(Exception):
 @dataclass(frozen=True)
 class RunSettings:
     timer: str = "auto"
-    stop: StopRule = StopRule()
-    warmup: WarmupRule = WarmupRule()
+    stop: StopRule = field(default_factory=StopRule)
+    warmup: WarmupRule = field(default_factory=WarmupRule)
     verify: bool = True
     peak_tflops: float | None = None
     memory_headroom: float = 0.9  # use at most this fraction of free memory

@@ -18,10 +18,10 @@ import sys
 import torch
 
 from pytest_attn.backends import builtin_registry
-from pytest_attn.catalog import SHAPES_BY_NAME
-from pytest_attn.device import probe_device
 from pytest_attn.backends.base import Unsupported
 from pytest_attn.case import Mask
+from pytest_attn.catalog import SHAPES_BY_NAME
+from pytest_attn.device import probe_device
 from pytest_attn.runner import CaseSkipped, RunSettings, check_can_run, prepare_timer
 from pytest_attn.stopping import StopRule, median
 from pytest_attn.timing import sample_until
@@ -88,8 +88,10 @@ def main() -> int:
         base = getattr(timer, "inner", timer)
         n = args.samples if reported < 0.05 else 3
         replays: list[float] = []
-        prof_s, kernels = kernel_time(lambda: replays.extend(base.sample() for _ in range(n)),
-                                      n * base.calls_per_sample)
+        def run(base=base, n=n, replays=replays) -> None:
+            replays.extend(base.sample() for _ in range(n))
+
+        prof_s, kernels = kernel_time(run, n * base.calls_per_sample)
         ratio = reported / prof_s
         clock = median(sampling.sm_clocks_mhz) if sampling.sm_clocks_mhz else None
         rows.append({"case": case.id, "timer": prepared.kind, "calls_per_sample": timer.calls_per_sample,

@@ -10,13 +10,17 @@ import json
 import sys
 
 
+def load(path: str) -> dict[str, dict]:
+    with open(path) as fh:
+        return {b["name"]: b for b in json.load(fh)["benchmarks"]}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("a")
     ap.add_argument("b")
     ap.add_argument("--min-ms", type=float, default=0.0, help="only cases at least this long")
     args = ap.parse_args()
-    load = lambda p: {b["name"]: b for b in json.load(open(p))["benchmarks"]}  # noqa: E731
     a, b = load(args.a), load(args.b)
     worst = 0.0
     for name in sorted(set(a) & set(b)):

@@ -37,7 +37,7 @@ class ReferenceBackend:
         upcast = 4 * (case.total_q * case.heads_q * case.head_dim_qk
                       + 2 * case.total_k * case.heads_q * max(case.head_dim_qk, case.head_dim_v))
         if case.direction == "fwd+bwd":
-            scores = sum(sq * sk for sq, sk in zip(case.seqlens_q, case.seqlens_k)) * case.heads_q * 4 * 3
+            scores = sum(sq * sk for sq, sk in zip(case.seqlens_q, case.seqlens_k, strict=True)) * case.heads_q * 4 * 3
             return upcast + scores
         return upcast + (1 << 28)
 

@@ -70,6 +70,7 @@ class VarlenBackend:
         kwargs = varlen_kwargs(set(inspect.signature(varlen_attn).parameters), case)
         q, k, v = inputs.q, inputs.k, inputs.v
         cu_q, cu_k = inputs.cu_seqlens_q, inputs.cu_seqlens_k
+        assert cu_q is not None and cu_k is not None, "thd inputs carry cu_seqlens"
         max_q, max_k = case.max_seqlen_q, case.max_seqlen_k
 
         def forward() -> Any:

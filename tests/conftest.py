@@ -1,0 +1,77 @@
+"""Fixtures for the plugin's own tests: CPU only, fakes for GPU, NVML and timers."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+
+class FakeNvml:
+    """NVML stand-in: returns the clocks it is given, in order, then repeats the last."""
+
+    status = "ok"
+
+    def __init__(self, clocks=(1980,), max_clock=1980, reasons=0, driver="580.00", power=700.0):
+        self._clocks = list(clocks)
+        self._max, self._reasons, self._driver, self._power = max_clock, reasons, driver, power
+
+    def sm_clock_mhz(self):
+        return self._clocks.pop(0) if len(self._clocks) > 1 else self._clocks[0]
+
+    def max_sm_clock_mhz(self):
+        return self._max
+
+    def clocks_event_reasons(self):
+        return self._reasons
+
+    def driver_version(self):
+        return self._driver
+
+    def power_limit_w(self):
+        return self._power
+
+
+@pytest.fixture
+def fake_nvml():
+    return FakeNvml
+
+
+class FakeTimer:
+    """Timer stand-in: hands out the given samples in order (cycling) and advances a fake clock."""
+
+    kind = "fake"
+    calls_per_sample = 1
+
+    def __init__(self, samples, clock=None):
+        self._samples = list(samples)
+        self._i = 0
+        self._clock = clock
+
+    def sample(self):
+        value = self._samples[self._i % len(self._samples)]
+        self._i += 1
+        if self._clock is not None:
+            self._clock.advance(value)
+        return value
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def advance(self, seconds):
+        self.now += seconds
+
+
+@pytest.fixture
+def fake_clock():
+    return FakeClock()
+
+
+@pytest.fixture
+def fake_timer():
+    return FakeTimer

@@ -1,0 +1,104 @@
+"""End-to-end: the plugin inside a real pytest session (pytester), on the CPU profile."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+
+SUITE = '''
+import pytest
+from pytest_attn.plugin import attn_cases
+
+
+def pytest_generate_tests(metafunc):
+    if "case" in metafunc.fixturenames:
+        cases = attn_cases(metafunc.config, "all")
+        metafunc.parametrize("case", cases, ids=[c.id for c in cases])
+
+
+def test_attn(attn_bench, case):
+    attn_bench(case)
+'''
+
+FAST = ["-p", "no:cacheprovider", "--attn-profile=cpu", "--attn-max-time=0.05", "--attn-min-samples=5"]
+
+
+def test_cpu_profile_end_to_end(pytester):
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest(*FAST, "--attn-backends=sdpa-math,sdpa-efficient", "--attn-dtypes=fp32",
+                                "--benchmark-json=out.json", "-rs")
+    outcomes = result.parseoutcomes()
+    assert outcomes["passed"] >= 6 and outcomes["skipped"] >= 6
+    result.stdout.fnmatch_lines([
+        "*pytest-attn summary*",
+        "profile: cpu; back ends: sdpa-math, sdpa-efficient",
+        "device: CPU*",
+        "tiny-gqa-causal-fp32-causal-fwd: 2 x sq=96 sk=96, 8q/2kv heads*",
+        "*sdpa-math*cpu",
+        "*x no CUDA device",
+    ])
+    data = json.loads((pytester.path / "out.json").read_text())
+    assert data["machine_info"]["attn_device"]["kind"] == "cpu"
+    bench = next(b for b in data["benchmarks"] if b["name"].endswith("[sdpa-math-tiny-gqa-causal-fp32-causal-fwd]"))
+    assert bench["group"] == "tiny-gqa-causal-fp32-causal-fwd"
+    extra = bench["extra_info"]
+    assert extra["timer"] == "cpu" and extra["flops_convention"] == "exact-mask"
+    assert extra["tflops"] > 0 and extra["mfu_datasheet"] is None
+    assert bench["stats"]["median"] == pytest.approx(extra["median_s"])  # pytest-benchmark holds our samples
+    assert bench["stats"]["rounds"] == extra["samples"]
+
+
+def test_fixtures_for_user_tests(pytester):
+    pytester.makepyfile(
+        """
+        def test_peak(attn_device, attn_peak):
+            assert attn_device.kind == "cpu"
+            assert attn_peak("bf16").datasheet_tflops == 123.0
+        """
+    )
+    pytester.runpytest("-p", "no:cacheprovider", "--attn-peak-tflops=123").assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        ("--attn-backends=sdpa-math,fa9", "*unknown back end 'fa9'; valid: sdpa-flash, sdpa-efficient*"),
+        ("--attn-dtypes=fp64", "*unknown dtype 'fp64'; valid: fp16, bf16, fp32, fp8*"),
+        ("--attn-profile=huge", "*unknown profile 'huge'; valid: auto, smoke, default, full, cpu*"),
+        ("--attn-precision=2", "*precision must be between 0 and 1*"),
+        ("--attn-timer=wall", "*unknown timer 'wall'*"),
+    ],
+)
+def test_bad_options_fail_at_start_up(pytester, flag, message):
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest("-p", "no:cacheprovider", flag)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
+def test_benchmark_disable_checks_without_timing(pytester):
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest(*FAST, "--attn-backends=sdpa-math", "--attn-dtypes=fp32", "--benchmark-disable")
+    assert result.parseoutcomes()["passed"] >= 6
+    assert "pytest-attn summary" not in result.stdout.str()
+
+
+def test_collection_never_initialises_cuda(pytester):
+    pytester.makeconftest(
+        """
+        import torch.cuda
+
+        def _refuse(*args, **kwargs):
+            raise RuntimeError("CUDA was initialised during collection")
+
+        torch.cuda._lazy_init = _refuse
+        torch.cuda.init = _refuse
+        """
+    )
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--collect-only", "-q", "--attn-backends=all")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["*test_attn[[]sdpa-cudnn-tiny-mha-fp32-full-fwd[]]*"])

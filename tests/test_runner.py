@@ -1,0 +1,118 @@
+"""run_case end to end on the CPU, with fake back ends for the failure paths."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from pytest_attn.backends import SdpaBackend  # noqa: E402
+from pytest_attn.case import AttnCase, Mask  # noqa: E402
+from pytest_attn.device import DeviceInfo  # noqa: E402
+from pytest_attn.runner import CaseFailed, CaseSkipped, RunSettings, check_can_run, run_case  # noqa: E402
+from pytest_attn.stopping import StopRule, WarmupRule  # noqa: E402
+
+CPU = DeviceInfo(kind="cpu", name="cpu", torch_version=torch.__version__)
+FAST = RunSettings(stop=StopRule(min_samples=5, max_time_s=0.05), warmup=WarmupRule(max_time_s=0.05))
+
+
+def case(backend="sdpa-math", direction="fwd", mask=Mask.causal()):
+    return AttnCase.dense(backend=backend, shape="tiny", batch=2, seqlen_q=32, seqlen_k=48, heads_q=4, heads_kv=2,
+                          head_dim=16, dtype="fp32", mask=mask, direction=direction)
+
+
+class FakeBackend:
+    name = "fake"
+    description = "test double"
+    layout = "bhsd"
+    needs_cuda = False
+    has_backward = True
+    default_enabled = True
+
+    def __init__(self, forward=None, reason=None):
+        self._forward, self._reason = forward, reason
+        self.inputs = None
+
+    def available(self):
+        return None
+
+    def supports(self, case, device):
+        return self._reason
+
+    def workspace_bytes(self, case):
+        return 0
+
+    def prepare(self, case, inputs):
+        self.inputs = weakref.ref(inputs.q)
+        return lambda: self._forward(inputs)
+
+
+def test_cpu_case_measures_and_reports():
+    result = run_case(case(), SdpaBackend("math"), CPU, FAST)
+    assert result.timer == "cpu" and len(result.samples_s) >= 5
+    assert result.check is not None and result.check.ok
+    info = result.extra_info()
+    for key in ("tflops", "mfu_datasheet", "mfu_at_clock", "tbps", "arithmetic_intensity", "bound",
+                "flops_convention", "timer", "precision", "sm_clock_mhz"):
+        assert key in info
+    assert info["mfu_datasheet"] is None and info["sm_clock_mhz"] is None  # CPU: not known, not invented
+    assert info["flops"] == 2 * 32 * 4 * sum(min(48, i + 1 + 16) for i in range(32)) * 2
+
+
+def test_fwd_bwd_runs_the_backward():
+    result = run_case(case(direction="fwd+bwd"), SdpaBackend("math"), CPU, FAST)
+    fwd = run_case(case(), SdpaBackend("math"), CPU, FAST)
+    assert result.work.flops == round(3.5 * fwd.work.flops)
+
+
+def test_measure_false_checks_and_runs_once():
+    assert run_case(case(), SdpaBackend("math"), CPU, FAST, measure=False) is None
+
+
+def test_skips_say_why():
+    with pytest.raises(CaseSkipped, match=r"^no CUDA device$"):
+        run_case(case("sdpa-efficient"), SdpaBackend("efficient"), CPU, FAST)
+    with pytest.raises(CaseSkipped, match=r"^not today$"):
+        run_case(case("fake"), FakeBackend(reason="not today"), CPU, FAST)
+    nobwd = FakeBackend()
+    nobwd.has_backward = False
+    with pytest.raises(CaseSkipped, match="fake has no backward pass"):
+        run_case(case("fake", "fwd+bwd"), nobwd, CPU, FAST)
+
+
+def test_memory_check_skips_before_allocating():
+    gpu = DeviceInfo(kind="cuda", name="NVIDIA H200", torch_version="x", l2_bytes=60 << 20)
+    big = AttnCase.dense(backend="sdpa-math", shape="hunyuan-video", batch=1, seqlen_q=111_856, heads_q=24,
+                         head_dim=128)
+    with pytest.raises(CaseSkipped) as info:
+        check_can_run(big, SdpaBackend("math"), gpu, free_bytes=120 << 30)
+    assert "needs about 3" in str(info.value) and "GiB of GPU memory" in str(info.value)
+    assert "120.00 GiB is free" in str(info.value)
+
+
+def test_wrong_output_fails_with_the_worst_element():
+    def top_left(inputs):
+        import torch.nn.functional as F
+
+        return F.scaled_dot_product_attention(inputs.q, inputs.k, inputs.v, is_causal=True, enable_gqa=True)
+
+    with pytest.raises(CaseFailed, match=r"wrong output before timing: max \|out - ref\| = .* at sequence"):
+        run_case(case("fake"), FakeBackend(top_left), CPU, FAST)
+
+
+def test_backend_error_fails_the_case_and_releases_its_tensors():
+    backend = FakeBackend(lambda inputs: (_ for _ in ()).throw(RuntimeError("CUDA error: an illegal memory access")))
+    with pytest.raises(CaseFailed, match="fake-tiny-fp32-causal-fwd failed: RuntimeError: CUDA error") as info:
+        run_case(case("fake"), backend, CPU, RunSettings(verify=False))
+    gc.collect()
+    assert backend.inputs() is None  # the case's tensors are freed although the failure is kept
+    assert "Traceback" in str(info.value)
+
+
+def test_out_of_memory_message():
+    backend = FakeBackend(lambda inputs: (_ for _ in ()).throw(RuntimeError("CUDA out of memory. Tried to allocate")))
+    with pytest.raises(CaseFailed, match="its memory was released and the session goes on"):
+        run_case(case("fake"), backend, CPU, RunSettings(verify=False))

@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+from pytest_attn.case import AttnCase, Mask
+from pytest_attn.device import DeviceInfo
+from pytest_attn.flops import work
+from pytest_attn.metrics import figures
+from pytest_attn.runner import CaseResult
+from pytest_attn.summary import fmt_time, render
+from pytest_attn.timing import WarmupReport
+
+H200 = DeviceInfo(kind="cuda", name="NVIDIA H200", torch_version="2.11", compute_capability=(9, 0), sm_count=132,
+                  l2_bytes=60 << 20, total_memory_bytes=141 << 30, driver="580", cuda_version="13.0",
+                  nvml_status="ok")
+
+
+def result(backend, median_s, shape="gpt2-small", clocks=(1980,), timer="kernel-sum", stop="precision"):
+    case = AttnCase.dense(backend=backend, shape=shape, batch=8, seqlen_q=1024, heads_q=12, head_dim=64,
+                          mask=Mask.causal())
+    w = work(case)
+    return CaseResult(case=case, work=w, figures=figures(w, median_s, H200.peak("bf16"), clocks[0] if clocks else None),
+                      samples_s=[median_s] * 10, precision=0.004, stop_reason=stop, timer=timer, timer_note="",
+                      calls_per_sample=5, input_sets=2, warmup=WarmupReport([1.0] * 6, 0.1, True),
+                      sm_clocks_mhz=list(clocks), check=None, elapsed_s=1.0)
+
+
+def test_time_format():
+    assert (fmt_time(2.5), fmt_time(0.0123), fmt_time(14.3e-6)) == ("2.500 s", "12.300 ms", "14.30 us")
+
+
+def test_groups_sit_side_by_side_fastest_first():
+    lines = render([result("sdpa-flash", 310e-6), result("sdpa-cudnn", 192e-6), result("flex", 1e-3, "bert-base")],
+                   H200, skips=["no CUDA device", "no CUDA device"])
+    text = "\n".join(lines)
+    assert lines[0].startswith("device: NVIDIA H200 (sm90, 132 SMs")
+    gpt2 = text.index("gpt2-small-bf16-causal-fwd:")
+    assert gpt2 < text.index("bert-base-bf16-causal-fwd:")
+    assert text.index("sdpa-cudnn", gpt2) < text.index("sdpa-flash", gpt2)
+    assert "kernel-sum x5" in text and "1980" in text
+    assert "2 x no CUDA device" in text
+
+
+def test_unknown_clock_and_time_cap_are_said():
+    text = "\n".join(render([result("sdpa-math", 5e-3, clocks=(), stop="time-cap")], H200))
+    row = next(line for line in text.splitlines() if line.strip().startswith("sdpa-math"))
+    assert row.split()[6] == "n/a"  # MFU@clk without a clock reading
+    assert "stopped at the time-cap" in text
