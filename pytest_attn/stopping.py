@@ -82,20 +82,23 @@ class WarmupRule:
     """Warm up until the call has run ``min_calls`` times for ``min_time_s`` and the last
     ``window`` times agree with the ``window`` before them within ``settle_tolerance``
     (compilation, JIT, autotuning and clock ramp-up all show as a falling time), or until
-    ``max_time_s`` (then the report says it did not settle)."""
+    ``max_time_s`` (then the report says it did not settle). Calls of ``long_call_s`` or more
+    vary little from call to call, so for them the last call is compared with the one before."""
 
     min_calls: int = 3
     min_time_s: float = 0.05
     max_time_s: float = 10.0
     window: int = 3
     settle_tolerance: float = 0.05
+    long_call_s: float = 0.1
 
 
 def warmup_settled(times: Sequence[float], elapsed_s: float, rule: WarmupRule) -> bool:
-    if len(times) < max(rule.min_calls, 2 * rule.window) or elapsed_s < rule.min_time_s:
+    window = 1 if times and times[-1] >= rule.long_call_s else rule.window
+    if len(times) < max(rule.min_calls, 2 * window) or elapsed_s < rule.min_time_s:
         return False
-    recent = median(times[-rule.window:])
-    before = median(times[-2 * rule.window: -rule.window])
+    recent = median(times[-window:])
+    before = median(times[-2 * window : -window])
     return abs(recent - before) <= rule.settle_tolerance * before
 
 

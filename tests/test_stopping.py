@@ -80,6 +80,13 @@ def test_warmup_settles_when_recent_times_agree():
     assert not warmup_settled([1.0] * 6, 0.001, WarmupRule(min_time_s=0.05))  # too soon
 
 
+def test_long_calls_settle_after_fewer_calls():
+    rule = WarmupRule(min_calls=3, min_time_s=0.0)
+    assert warmup_settled([9.0, 1.30, 1.31], 11.6, rule)  # 1.3 s calls: last two agree
+    assert not warmup_settled([9.0, 1.6, 1.31], 11.9, rule)
+    assert not warmup_settled([9.0, 0.05, 0.05], 9.1, rule)  # short calls need two full windows
+
+
 def test_timer_choice():
     assert choose_timer("auto", on_cuda=True, call_estimate_s=20e-6) == "kernel-sum"
     assert choose_timer("auto", on_cuda=True, call_estimate_s=0.2) == "cuda-event"
