@@ -74,9 +74,9 @@ def test_stop_rule_validation(kwargs, message):
 
 def test_warmup_settles_when_recent_times_agree():
     rule = WarmupRule(min_calls=3, min_time_s=0.0, window=3, settle_tolerance=0.05)
-    compiling = [30.0, 2.0, 1.5, 1.2, 1.0, 1.0]
+    compiling = [30e-3, 2e-3, 1.5e-3, 1.2e-3, 1e-3, 1e-3]  # milliseconds: short calls, windows of 3
     assert not warmup_settled(compiling, 1.0, rule)  # 1.0 vs 1.5: still falling
-    assert warmup_settled([*compiling, 1.0, 1.01, 1.0], 1.0, rule)
+    assert warmup_settled([*compiling, 1e-3, 1.01e-3, 1e-3], 1.0, rule)
     assert not warmup_settled([1.0] * 6, 0.001, WarmupRule(min_time_s=0.05))  # too soon
 
 

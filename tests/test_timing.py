@@ -27,7 +27,7 @@ def test_sample_until_stops_at_time_cap_and_reports(fake_timer, fake_clock):
 
 
 def test_warm_up_runs_until_times_settle(fake_clock):
-    times = iter([5.0, 0.5, 0.2, 0.11, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1])
+    times = iter([5e-3, 0.5e-3, 0.2e-3, 0.11e-3, 0.1e-3, 0.1e-3, 0.1e-3, 0.1e-3, 0.1e-3, 0.1e-3, 0.1e-3])
 
     def call():
         t = next(times)
@@ -36,8 +36,8 @@ def test_warm_up_runs_until_times_settle(fake_clock):
 
     report = timing.warm_up(call, WarmupRule(min_calls=3, min_time_s=0.0, window=3), fake_clock)
     assert report.settled
-    assert report.times_s[0] == 5.0 and report.calls == 9
-    assert report.estimate_s == pytest.approx(0.1)
+    assert report.times_s[0] == 5e-3 and report.calls == 9
+    assert report.estimate_s == pytest.approx(0.1e-3)
 
 
 def test_warm_up_gives_up_at_its_cap(fake_clock):
