@@ -21,7 +21,9 @@ def fmt_time(seconds: float) -> str:
 
 
 def fmt_pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{value * 100:.1f}%"
+    if value is None:
+        return "n/a"
+    return "<0.1%" if 0 < value < 0.001 else f"{value * 100:.1f}%"
 
 
 def fmt_num(value: float | None, digits: int = 1) -> str:
@@ -79,9 +81,10 @@ def render(results: Sequence[CaseResult], device: DeviceInfo | None, skips: Iter
         members = sorted(members, key=lambda r: r.median_s)
         lines.extend(_table([COLUMNS, *(row(r) for r in members)]))
         for r in members:
-            for note in (r.figures.peak_note, r.timer_note):
-                if note and note not in notes:
-                    notes.append(note)
+            if r.figures.peak_note and r.figures.peak_note not in notes:
+                notes.append(r.figures.peak_note)
+            if r.timer_note:
+                notes.append(f"{r.case.id}: {r.timer_note}")
             if not r.warmup.settled:
                 notes.append(f"{r.case.id}: warm-up did not settle within its time cap")
             if r.stop_reason != "precision":
