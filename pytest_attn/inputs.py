@@ -8,7 +8,7 @@ own layout, so no layout copy lands in the timed call.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .case import AttnCase
 
@@ -38,11 +38,6 @@ class Inputs:
     cu_seqlens_q: torch.Tensor | None = None
     cu_seqlens_k: torch.Tensor | None = None
     grad_out: torch.Tensor | None = None
-
-    @property
-    def nbytes(self) -> int:
-        tensors: list[Any] = [self.q, self.k, self.v, self.grad_out]
-        return sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
 
 def _cu_seqlens(lengths: tuple[int, ...], device: torch.device | str) -> torch.Tensor:

@@ -76,12 +76,3 @@ def effective_mask(case: AttnCase) -> Mask:
     """The case's mask, or ``Mask.none()`` when it hides nothing: back ends then skip mask work."""
     return Mask.none() if is_full(case) else case.mask
 
-
-def has_empty_rows(case: AttnCase) -> bool:
-    """True when some query row sees no key at all (bottom-right causal with sq > sk, say)."""
-    from .flops import visible_keys_per_row
-
-    return any(
-        bool((visible_keys_per_row(sq, sk, case.mask) == 0).any())
-        for sq, sk in zip(case.seqlens_q, case.seqlens_k, strict=True)
-    )

@@ -191,7 +191,7 @@ def run_case(
         if isinstance(exc, Unsupported):
             skipped = str(exc)
         else:
-            failed = _describe_failure(case, exc, device)
+            failed = _describe_failure(case, exc)
     # The exception and its frames (holding the case's tensors) are gone here: free the memory.
     _release(device)
     if skipped is not None:
@@ -199,7 +199,7 @@ def run_case(
     raise CaseFailed(failed)
 
 
-def _describe_failure(case: AttnCase, exc: Exception, device: DeviceInfo) -> str:
+def _describe_failure(case: AttnCase, exc: Exception) -> str:
     head = f"{case.id} failed: {type(exc).__name__}: {exc}"
     if "out of memory" in str(exc).lower():
         head += (f"\nThe case needed more GPU memory than the estimate ({case.describe()}); "
