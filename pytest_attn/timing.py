@@ -3,7 +3,8 @@
 Timers (all report seconds per call):
 
 * ``cuda-event``: one call per sample between two CUDA events. Before each sample, outside the
-  timed region, a buffer twice the L2 size is zeroed so every sample starts with a cold L2.
+  timed region, a buffer twice the L2 size is zeroed so every sample starts with a cold L2 (so
+  rotating input copies would add nothing here: the flush has already evicted them).
 * ``cuda-graph``: ``n`` calls (cycling through rotated input sets) captured in one CUDA graph; a
   sample is one replay between two events, divided by ``n``. Short calls are timed this way: one
   event pair around a single 14 us decode call measures ~100 us of host launch overhead.
