@@ -6,7 +6,11 @@ give 0, as flash-attn writes.
 
 Check rule (flash-attention's own tests): on sampled query rows, the back end's largest error
 against an fp64 reference must be at most ``2 x`` the error of the same math run in the case's
-dtype, plus an absolute floor of one unit of that dtype's precision (eps). NaN or Inf never pass.
+dtype, plus an absolute floor: one unit of the dtype's precision (eps) for 16-bit types, ``1e-5``
+for fp32, where a fused kernel's own summation order and fast ``exp`` differ from plain math by a
+few units in the last place (seen on an H200: SDPA's efficient kernel at 5.8e-7 where fp32 math
+erred by 1.9e-7). A real bug (a wrong mask or head mapping) errs by 0.01 to 1. NaN or Inf never
+pass.
 Rows that see no key are left out here: each back end's behaviour there is checked by the fuzzer.
 """
 
@@ -24,6 +28,18 @@ if TYPE_CHECKING:
     import torch
 
 FWD_RATIO = 2.0
+FP32_FLOOR = 1e-5
+
+
+def error_floor(dtype: str) -> float:
+    """The absolute part of the check's allowance for a dtype."""
+    import torch
+
+    if dtype == "fp32":
+        return FP32_FLOOR
+    if dtype == "fp8":
+        return 0.125
+    return float(torch.finfo(torch_dtype(dtype)).eps)
 
 
 def attention_rows(
@@ -91,7 +107,7 @@ class RowCheck:
         return (
             f"{case.id} gives wrong output before timing: max |out - ref| = {self.max_error:.3g} at "
             f"{self.worst}, allowed {self.allowed:.3g} (2 x the {case.dtype} math error {self.lowp_error:.3g} "
-            f"+ eps). A benchmark of a wrong kernel is not reported; check the back end's mask and "
+            f"+ the {case.dtype} floor). A benchmark of a wrong kernel is not reported; check the back end's mask and "
             f"layout handling for {case.describe()}."
         )
 
@@ -119,7 +135,7 @@ def check_rows(
     """Compare ``out`` with the fp64 reference on sampled rows of the first and last sequence."""
     import torch
 
-    eps = torch.finfo(torch_dtype(case.dtype)).eps if case.dtype != "fp8" else 0.125
+    floor = error_floor(case.dtype)
     lowp_dtype = torch_dtype(case.dtype) if case.dtype != "fp8" else torch.bfloat16
     worst_err, worst_where, lowp_err, checked = 0.0, "nowhere", 0.0, 0
     for index in sorted({0, case.batch - 1}):
@@ -146,5 +162,5 @@ def check_rows(
             worst_err, worst_where = e, f"sequence {index}, row {rows_list[r]}, head {h}, column {c}"
         lowp_err = max(lowp_err, float((lowp - ref).abs().max()))
         checked += len(rows_list)
-    allowed = FWD_RATIO * lowp_err + eps
+    allowed = FWD_RATIO * lowp_err + floor
     return RowCheck(worst_err <= allowed, worst_err, lowp_err, allowed, checked, worst_where)

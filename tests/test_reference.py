@@ -64,3 +64,11 @@ def test_rows_that_see_nothing_are_left_out_and_reference_gives_zero():
     out = reference_attention(inputs, c)
     assert torch.all(out[:6] == 0)
     assert check_rows(c, inputs, out, "thd").ok
+
+
+def test_fp32_allows_a_fused_kernels_rounding_but_not_a_bug():
+    c = case(48, 80, dtype="fp32", hq=4, hkv=4)
+    inputs = make_inputs(c, "thd", "cpu", seed=4)
+    out = reference_attention(inputs, c)
+    assert check_rows(c, inputs, out + 6e-7, "thd").ok  # a few ulp: a fused kernel's summation order
+    assert not check_rows(c, inputs, out + 1e-3, "thd").ok
