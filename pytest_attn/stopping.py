@@ -122,11 +122,13 @@ def choose_timer(requested: str, on_cuda: bool, call_estimate_s: float) -> str:
     return "kernel-sum" if call_estimate_s < GRAPH_THRESHOLD_S else "cuda-event"
 
 
-def graph_calls_per_replay(call_estimate_s: float) -> int:
-    """Calls captured per graph so that one replay lasts about GRAPH_TARGET_REPLAY_S."""
-    if call_estimate_s <= 0:
-        return GRAPH_MAX_CALLS
-    return max(1, min(GRAPH_MAX_CALLS, math.ceil(GRAPH_TARGET_REPLAY_S / call_estimate_s)))
+def graph_calls_per_replay(call_estimate_s: float, sets: int = 1) -> int:
+    """Calls captured per graph so that one replay lasts about GRAPH_TARGET_REPLAY_S, rounded up to a
+    whole number of passes over the ``sets`` rotated input copies (each copy used equally often,
+    so the L2 pattern does not depend on the warm-up's estimate)."""
+    calls = GRAPH_MAX_CALLS if call_estimate_s <= 0 else math.ceil(GRAPH_TARGET_REPLAY_S / call_estimate_s)
+    calls = max(1, min(GRAPH_MAX_CALLS, calls))
+    return sets * math.ceil(calls / sets)
 
 
 def input_sets(input_bytes: int, l2_bytes: int | None, max_sets: int = 32) -> int:

@@ -101,6 +101,9 @@ def test_graph_calls_and_input_sets():
     assert graph_calls_per_replay(20e-6) == 100  # capped
     assert graph_calls_per_replay(1e-3) == 2
     assert graph_calls_per_replay(10e-3) == 1
+    assert graph_calls_per_replay(20e-6, sets=23) == 115  # whole passes over the input copies
+    assert graph_calls_per_replay(1e-3, sets=3) == 3
+    assert graph_calls_per_replay(90e-6, sets=23) == 23
     l2 = 60 << 20
     assert input_sets(8 << 20, l2) == 23  # 3 x 60 MiB / 8 MiB
     assert input_sets(64 << 20, l2) == 3
