@@ -284,7 +284,7 @@ def _build_timer(
     for seed in range(1, sets):
         extra = make_inputs(case, backend.layout, setup.dev, requires_grad=case.direction == "fwd+bwd", seed=seed)
         steps.append(make_step(case, backend.prepare(case, extra), extra))
-    calls = graph_calls_per_replay(report.estimate_s, len(steps))
+    calls = graph_calls_per_replay(report.estimate_s, len(steps), kernel_sum=kind == "kernel-sum")
     inner: CudaGraphTimer | CudaEventTimer
     note = ""
     try:

@@ -104,6 +104,11 @@ def test_graph_calls_and_input_sets():
     assert graph_calls_per_replay(20e-6, sets=23) == 115  # whole passes over the input copies
     assert graph_calls_per_replay(1e-3, sets=3) == 3
     assert graph_calls_per_replay(90e-6, sets=23) == 23
+    # kernel-sum: a fixed count, whatever the estimate
+    assert graph_calls_per_replay(20e-6, sets=23, kernel_sum=True) == 23
+    assert graph_calls_per_replay(90e-6, sets=23, kernel_sum=True) == 23
+    assert graph_calls_per_replay(3e-3, sets=2, kernel_sum=True) == 8
+    assert graph_calls_per_replay(5e-6, sets=1, kernel_sum=True) == 8
     l2 = 60 << 20
     assert input_sets(8 << 20, l2) == 23  # 3 x 60 MiB / 8 MiB
     assert input_sets(64 << 20, l2) == 3
