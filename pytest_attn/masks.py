@@ -1,7 +1,8 @@
 """Mask helpers shared by back ends and the reference.
 
-Pure NumPy builders (``dense_mask_np``) and their torch counterpart (``dense_mask``). The visible-pair
-counts for the FLOP model live in :mod:`pytest_attn.flops`.
+One builder of the bottom-right window rule (``dense_mask_np``) and its torch view (``dense_mask``).
+The visible-pair counts for the FLOP model live in :mod:`pytest_attn.flops` (checked against this
+builder by a property test).
 """
 
 from __future__ import annotations
@@ -17,21 +18,24 @@ if TYPE_CHECKING:
     import torch
 
 
-def dense_mask_np(mask: Mask, seqlen_q: int, seqlen_k: int) -> np.ndarray:
-    """Boolean ``(seqlen_q, seqlen_k)`` array, True where query i may see key j."""
-    if mask.kind == "none":
-        return np.ones((seqlen_q, seqlen_k), dtype=bool)
+def dense_mask_np(mask: Mask, seqlen_q: int, seqlen_k: int, rows: np.ndarray | None = None) -> np.ndarray:
+    """Boolean ``(seqlen_q, seqlen_k)`` array, True where query i may see key j; only the query
+    ``rows`` when given, so a few rows of a 111,856-token case cost kilobytes, not the matrix."""
     if mask.kind == "custom":
         assert mask.fn is not None
-        return np.asarray(mask.fn(seqlen_q, seqlen_k), dtype=bool)
+        full = np.asarray(mask.fn(seqlen_q, seqlen_k), dtype=bool)
+        return full if rows is None else full[rows]
+    i = np.arange(seqlen_q) if rows is None else np.asarray(rows)
+    visible = np.ones((i.shape[0], seqlen_k), dtype=bool)
+    if mask.kind == "none":
+        return visible
     left, right = mask.window_left, mask.window_right
-    i = np.arange(seqlen_q)[:, None] + (seqlen_k - seqlen_q)  # bottom-right alignment
+    diag = i[:, None] + (seqlen_k - seqlen_q)  # bottom-right alignment
     j = np.arange(seqlen_k)[None, :]
-    visible = np.ones((seqlen_q, seqlen_k), dtype=bool)
     if left >= 0:
-        visible &= j >= i - left
+        visible &= j >= diag - left
     if right >= 0:
-        visible &= j <= i + right
+        visible &= j <= diag + right
     return visible
 
 
@@ -42,25 +46,11 @@ def dense_mask(
     device: torch.device | str = "cpu",
     rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The same mask as a torch bool tensor on ``device``; only the query ``rows`` when given, so a
-    few rows of a 111,856-token case cost kilobytes, not the full matrix."""
+    """:func:`dense_mask_np` as a torch bool tensor on ``device`` (built once, outside any timing)."""
     import torch
 
-    if mask.kind == "custom":
-        full = torch.from_numpy(dense_mask_np(mask, seqlen_q, seqlen_k)).to(device)
-        return full if rows is None else full[rows.to(full.device)]
-    i = rows.to(device) if rows is not None else torch.arange(seqlen_q, device=device)
-    visible = torch.ones(i.shape[0], seqlen_k, dtype=torch.bool, device=device)
-    if mask.kind == "none":
-        return visible
-    left, right = mask.window_left, mask.window_right
-    diag = i[:, None] + (seqlen_k - seqlen_q)  # bottom-right alignment
-    j = torch.arange(seqlen_k, device=device)[None, :]
-    if left >= 0:
-        visible &= j >= diag - left
-    if right >= 0:
-        visible &= j <= diag + right
-    return visible
+    picked = None if rows is None else rows.cpu().numpy()
+    return torch.from_numpy(dense_mask_np(mask, seqlen_q, seqlen_k, picked)).to(device)
 
 
 def is_full(case: AttnCase) -> bool:
