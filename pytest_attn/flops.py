@@ -100,20 +100,23 @@ def _case_pairs(case: AttnCase) -> tuple[int, int]:
     return visible, sum(sq * sk for sq, sk in lengths)
 
 
-def forward_flops(case: AttnCase) -> int:
-    return 2 * (case.head_dim_qk + case.head_dim_v) * case.heads_q * _case_pairs(case)[0]
+def _flops_for_pairs(case: AttnCase, pairs: int) -> int:
+    return round(2 * (case.head_dim_qk + case.head_dim_v) * case.heads_q * pairs * _direction_factor(case))
 
 
 def flops(case: AttnCase) -> int:
     """FLOPs of one timed call (forward, or forward + backward), ``exact-mask`` convention."""
-    return round(forward_flops(case) * _direction_factor(case))
+    return _flops_for_pairs(case, _case_pairs(case)[0])
+
+
+def _fa2_for_total(case: AttnCase, total_pairs: int) -> int:
+    halved = 0.5 if case.mask.kind == "causal" else 1.0
+    return round(_flops_for_pairs(case, total_pairs) * halved)
 
 
 def fa2_flops(case: AttnCase) -> int:
     """FLOPs as flash-attn v2's benchmark counts them (see module docstring)."""
-    fwd = 2 * (case.head_dim_qk + case.head_dim_v) * case.heads_q * _case_pairs(case)[1]
-    halved = 0.5 if case.mask.kind == "causal" else 1.0
-    return round(fwd * halved * _direction_factor(case))
+    return _fa2_for_total(case, _case_pairs(case)[1])
 
 
 def min_bytes(case: AttnCase) -> int:
@@ -135,10 +138,10 @@ def min_bytes(case: AttnCase) -> int:
 
 
 def work(case: AttnCase) -> Work:
-    pairs, total = _case_pairs(case)
+    pairs, total = _case_pairs(case)  # counted once: long causal cases walk every row
     return Work(
-        flops=flops(case),
-        fa2_flops=fa2_flops(case),
+        flops=_flops_for_pairs(case, pairs),
+        fa2_flops=_fa2_for_total(case, total),
         min_bytes=min_bytes(case),
         visible_pairs=pairs,
         total_pairs=total,

@@ -4,6 +4,7 @@ the resolved, validated :class:`AttnOptions`. Pure: no torch."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .case import DIRECTIONS, DTYPES
@@ -14,7 +15,7 @@ from .stopping import TIMER_KINDS, StopRule
 DEFAULT_MAX_TIME_S = {"smoke": 2.0, "default": 3.0, "full": 5.0, "cpu": 0.5}
 
 
-def comma_list(choices: tuple[str, ...], what: str):  # type: ignore[no-untyped-def]
+def comma_list(choices: tuple[str, ...], what: str) -> Callable[[str], tuple[str, ...]]:
     """Converter for ``a,b,c`` lists whose items must be among ``choices``."""
 
     def convert(text: str) -> tuple[str, ...]:
@@ -53,7 +54,7 @@ def timer(text: str) -> str:
     return text
 
 
-def positive_float(what: str):  # type: ignore[no-untyped-def]
+def positive_float(what: str) -> Callable[[str], float]:
     def convert(text: str) -> float:
         try:
             value = float(text)

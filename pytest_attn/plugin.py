@@ -1,12 +1,13 @@
 """pytest hooks and fixtures of pytest-attn. Wiring only: the logic lives in the modules it calls.
 
 Loaded through the ``pytest11`` entry point. Nothing here imports torch at import time or touches
-CUDA during collection beyond ``torch.cuda.is_available()`` to pick the ``auto`` profile.
+CUDA during collection beyond ``torch.cuda.is_available()`` to pick the ``auto`` profile; the
+device is probed when a test first needs it, or when pytest-benchmark asks for ``machine_info``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -165,9 +166,9 @@ def attn_peak(request: pytest.FixtureRequest, attn_device: DeviceInfo) -> Callab
 
 
 @pytest.fixture
-def attn_bench(request: pytest.FixtureRequest, benchmark: Any, attn_device: DeviceInfo) -> Iterator[
-    Callable[[AttnCase], CaseResult | None]
-]:
+def attn_bench(
+    request: pytest.FixtureRequest, benchmark: Any, attn_device: DeviceInfo
+) -> Callable[[AttnCase], CaseResult | None]:
     """``attn_bench(case)`` measures the case and records it in pytest-benchmark; skips with the
     back end's reason when it cannot run here."""
     session = attn_session(request.config)
@@ -197,7 +198,7 @@ def attn_bench(request: pytest.FixtureRequest, benchmark: Any, attn_device: Devi
         session.results.append(result)
         return result
 
-    yield run
+    return run
 
 
 # ---- reporting -------------------------------------------------------------------------------

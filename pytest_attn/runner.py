@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import flops
+from .backends.base import Unsupported
 from .metrics import Figures, figures
 from .reference import RowCheck, check_rows
 from .stopping import (
@@ -181,17 +182,12 @@ def run_case(
     failed: str | None = None
     try:
         return _measure(case, backend, device, settings, free, measure)
-    except CaseSkipped as exc:
+    except (CaseSkipped, Unsupported) as exc:
         skipped = str(exc)
     except CaseFailed as exc:
         failed = str(exc)
     except Exception as exc:
-        from .backends.base import Unsupported
-
-        if isinstance(exc, Unsupported):
-            skipped = str(exc)
-        else:
-            failed = _describe_failure(case, exc)
+        failed = _describe_failure(case, exc)
     # The exception and its frames (holding the case's tensors) are gone here: free the memory.
     _release(device)
     if skipped is not None:
