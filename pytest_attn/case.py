@@ -36,6 +36,9 @@ MASK_KINDS: tuple[str, ...] = ("none", "causal", "window", "custom")
 #: A custom mask: ``fn(seqlen_q, seqlen_k)`` returns a boolean array of shape
 #: ``(seqlen_q, seqlen_k)``, True where the query may see the key.
 MaskFn = Callable[[int, int], np.ndarray]
+#: A custom mask by rows: ``rows_fn(seqlen_q, seqlen_k, rows)`` returns the ``(len(rows), seqlen_k)``
+#: rows of the same array, so a few rows of a 111,856-token mask cost kilobytes, not 12.5 GB.
+MaskRowsFn = Callable[[int, int, np.ndarray], np.ndarray]
 
 
 class CaseError(ValueError):
@@ -44,13 +47,16 @@ class CaseError(ValueError):
 
 @dataclass(frozen=True)
 class Mask:
-    """Which (query, key) pairs are visible. Build with the class methods."""
+    """Which (query, key) pairs are visible. Build with the class methods (or the builders of
+    :mod:`pytest_attn.masks`). A custom mask is identified by its name: two with the same name are
+    taken to be the same mask (its visible-pair counts are cached by name and lengths)."""
 
     kind: str = "none"
     window_left: int = -1
     window_right: int = -1
     name: str = ""
     fn: MaskFn | None = field(default=None, compare=False, repr=False)
+    rows_fn: MaskRowsFn | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.kind not in MASK_KINDS:
@@ -59,8 +65,10 @@ class Mask:
             value = getattr(self, side)
             if not isinstance(value, int) or value < -1:
                 raise CaseError(f"mask.{side}={value!r} must be an int >= -1 (-1 means unbounded)")
-        if self.kind == "custom" and (self.fn is None or not self.name):
+        if self.kind == "custom" and ((self.fn is None and self.rows_fn is None) or not self.name):
             raise CaseError("a custom mask needs a name and fn(seqlen_q, seqlen_k) -> bool array")
+        if self.kind == "custom" and any(c.isspace() for c in self.name):
+            raise CaseError(f"custom mask name {self.name!r} must have no spaces (it is part of test ids)")
 
     @classmethod
     def none(cls) -> Mask:
@@ -76,8 +84,27 @@ class Mask:
         return cls("window", left, right)
 
     @classmethod
-    def custom(cls, name: str, fn: MaskFn) -> Mask:
-        return cls("custom", name=name, fn=fn)
+    def custom(cls, name: str, fn: MaskFn | None = None, *, rows_fn: MaskRowsFn | None = None) -> Mask:
+        """A named mask given as a whole array (``fn``) and/or by rows (``rows_fn``, preferred for
+        long sequences). :mod:`pytest_attn.masks` has builders for the common ones."""
+        return cls("custom", name=name, fn=fn, rows_fn=rows_fn)
+
+    def rows(self, seqlen_q: int, seqlen_k: int, rows: np.ndarray) -> np.ndarray:
+        """Rows of a custom mask as a bool ``(len(rows), seqlen_k)`` array."""
+        if self.rows_fn is not None:
+            out = np.asarray(self.rows_fn(seqlen_q, seqlen_k, np.asarray(rows)), dtype=bool)
+        else:
+            assert self.fn is not None
+            out = np.asarray(self.fn(seqlen_q, seqlen_k), dtype=bool)
+            if out.shape != (seqlen_q, seqlen_k):
+                raise CaseError(
+                    f"custom mask {self.name!r} returned shape {out.shape}, expected ({seqlen_q}, {seqlen_k})"
+                )
+            out = out[np.asarray(rows)]
+        if out.shape != (len(rows), seqlen_k):
+            raise CaseError(f"custom mask {self.name!r} returned rows of shape {out.shape},"
+                            f" expected ({len(rows)}, {seqlen_k})")
+        return out
 
     @property
     def id(self) -> str:

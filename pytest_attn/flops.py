@@ -23,12 +23,15 @@ Minimal bytes
 -------------
 Each tensor read or written once from device memory: forward reads q, k, v and writes o; backward
 reads q, k, v, o and dO and writes dq, dk, dv (the per-row softmax statistics, 4 bytes per row per
-head, are left out as negligible). A custom mask adds one byte per (query, key) pair: the dense
-boolean mask a back end has to read. k and v count ``heads_kv`` heads, so GQA lowers bytes.
+head, are left out as negligible). A custom mask that hides something adds one *bit* per (query,
+key) pair: its smallest general form, the packed mask (a dense bool mask is 8x that; a block-sparse
+form can be less). An all-True mask adds nothing: the minimal call passes no mask. k and v count
+``heads_kv`` heads, so GQA lowers bytes.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,17 +44,29 @@ BWD_FACTOR = 2.5
 
 
 def visible_keys_per_row(seqlen_q: int, seqlen_k: int, mask: Mask) -> np.ndarray:
-    """How many keys each query row sees, as an int64 array of length ``seqlen_q``."""
+    """How many keys each query row sees, as a read-only int64 array of length ``seqlen_q``."""
     if mask.kind == "none":
         return np.full(seqlen_q, seqlen_k, dtype=np.int64)
     if mask.kind == "custom":
-        assert mask.fn is not None
-        dense = np.asarray(mask.fn(seqlen_q, seqlen_k), dtype=bool)
-        if dense.shape != (seqlen_q, seqlen_k):
-            raise ValueError(
-                f"custom mask {mask.name!r} returned shape {dense.shape}, expected ({seqlen_q}, {seqlen_k})"
-            )
-        return dense.sum(axis=1, dtype=np.int64)
+        return _custom_counts(seqlen_q, seqlen_k, mask)
+    return _window_counts(seqlen_q, seqlen_k, mask)
+
+
+@functools.lru_cache(maxsize=64)
+def _custom_counts(seqlen_q: int, seqlen_k: int, mask: Mask) -> np.ndarray:
+    """Row counts of a custom mask, counted once per (length, mask): a 111,856-token mask takes
+    seconds to scan, and every back end asks. Custom masks are identified by name (see Mask)."""
+    block = max(1, (1 << 26) // max(1, seqlen_k))  # blocks of rows: memory stays bounded at any length
+    counts = [
+        mask.rows(seqlen_q, seqlen_k, np.arange(start, min(seqlen_q, start + block))).sum(axis=1, dtype=np.int64)
+        for start in range(0, seqlen_q, block)
+    ]
+    out = np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
+    out.flags.writeable = False
+    return out
+
+
+def _window_counts(seqlen_q: int, seqlen_k: int, mask: Mask) -> np.ndarray:
     left, right = mask.window_left, mask.window_right
     rows = np.arange(seqlen_q, dtype=np.int64)
     diag = rows + (seqlen_k - seqlen_q)  # the key aligned with each query (bottom-right)
@@ -128,7 +143,11 @@ def min_bytes(case: AttnCase) -> int:
     o = case.total_q * case.heads_q * case.head_dim_v * e
     mask = 0
     if case.mask.kind == "custom":
-        mask = sum(sq * sk for sq, sk in zip(case.seqlens_q, case.seqlens_k, strict=True))
+        mask = sum(
+            -(-sq * sk // 8)
+            for sq, sk in zip(case.seqlens_q, case.seqlens_k, strict=True)
+            if visible_pairs(sq, sk, case.mask) < sq * sk
+        )
     fwd = q + k + v + o + mask
     if case.direction == "fwd":
         return fwd

@@ -48,7 +48,7 @@ def test_custom_mask_counts_true_entries():
     eye = Mask.custom("diag", lambda sq, sk: np.eye(sq, sk, dtype=bool))
     assert flops.visible_pairs(3, 3, eye) == 3
     bad = Mask.custom("bad", lambda sq, sk: np.ones((sq + 1, sk), dtype=bool))
-    with pytest.raises(ValueError, match=r"returned shape \(4, 3\), expected \(3, 3\)"):
+    with pytest.raises(ValueError, match=r"'bad' returned shape \(4, 3\), expected \(3, 3\)"):
         flops.visible_pairs(3, 3, bad)
 
 
@@ -76,8 +76,11 @@ def test_bytes_with_backward_and_mask():
     per_tensor = 4 * 1 * 2 * 4  # 4 tokens, 1 head, d=2, 4 bytes
     # fwd: q k v o; bwd: q k v o dO + dq dk dv
     assert flops.min_bytes(c) == 4 * per_tensor + 8 * per_tensor
+    # an all-True mask costs nothing (the minimal call passes none); a real one, one bit per pair
     m = case(4, 4, Mask.custom("all", lambda sq, sk: np.ones((sq, sk), bool)), dtype="fp32", hq=1, hkv=1, d=2)
-    assert flops.min_bytes(m) == 4 * per_tensor + 16
+    assert flops.min_bytes(m) == 4 * per_tensor
+    eye = case(4, 4, Mask.custom("eye", lambda sq, sk: np.eye(sq, sk, dtype=bool)), dtype="fp32", hq=1, hkv=1, d=2)
+    assert flops.min_bytes(eye) == 4 * per_tensor + 2  # 16 pairs -> 2 bytes of bits
 
 
 def test_fa2_convention_halves_causal_and_ignores_offsets():
