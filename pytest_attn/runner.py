@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import flops
 from .backends.base import Unsupported
+from .dispatch import KernelCall, profile_kernels
 from .metrics import Figures, figures
 from .reference import RowCheck, check_rows
 from .stopping import (
@@ -77,6 +78,9 @@ class CaseResult:
     check: RowCheck | None
     elapsed_s: float
     replay_s: list[float] = field(default_factory=list)  # graph-replay figures behind kernel-sum
+    kernels: list[KernelCall] = field(default_factory=list)  # what one call launched (profiled untimed)
+    expression: str = ""  # how the back end expressed the mask
+    prepare_s: float = 0.0  # inputs, plan/compile, check, warm-up, graph capture: before any sample
 
     @property
     def median_s(self) -> float:
@@ -102,6 +106,7 @@ class CaseResult:
             "samples": len(self.samples_s),
             "precision": self.precision,
             "stop_reason": self.stop_reason,
+            "prepare_s": self.prepare_s,
             "warmup_calls": self.warmup.calls,
             "warmup_s": self.warmup.elapsed_s,
             "warmup_settled": self.warmup.settled,
@@ -109,6 +114,11 @@ class CaseResult:
             "sm_clock_min_mhz": min(self.sm_clocks_mhz) if self.sm_clocks_mhz else None,
             "sm_clock_max_mhz": max(self.sm_clocks_mhz) if self.sm_clocks_mhz else None,
         }
+        if self.expression:
+            info["mask_expression"] = self.expression
+        if self.kernels:
+            info["kernels"] = list(dict.fromkeys(k.name for k in self.kernels))
+            info["kernel_launches"] = {k.full[:300]: k.count for k in self.kernels}
         if self.replay_s:
             replay = median(self.replay_s)
             info.update(graph_replay_s=replay, launch_gap_s=replay - self.median_s)
@@ -165,11 +175,30 @@ def make_step(case: AttnCase, forward: Any, inputs: Inputs) -> Any:
     return step
 
 
+MODES = ("measure", "once", "kernels")
+
+
 def run_case(
     case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings, *, measure: bool = True
 ) -> CaseResult | None:
     """Measure one case (with ``measure=False``: check it and run it once, time nothing).
     Raises CaseSkipped or CaseFailed, with memory released."""
+    out = _run(case, backend, device, settings, "measure" if measure else "once")
+    assert out is None or isinstance(out, CaseResult)
+    return out
+
+
+def case_kernels(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings) -> list[KernelCall]:
+    """Check the case and return the GPU kernels one warm call launches (nothing timed).
+    Raises CaseSkipped or CaseFailed like :func:`run_case`."""
+    out = _run(case, backend, device, settings, "kernels")
+    assert isinstance(out, list)
+    return out
+
+
+def _run(
+    case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings, mode: str
+) -> CaseResult | list[KernelCall] | None:
     free = None
     if device.is_cuda:
         import torch
@@ -181,7 +210,7 @@ def run_case(
     skipped: str | None = None
     failed: str | None = None
     try:
-        return _measure(case, backend, device, settings, free, measure)
+        return _measure(case, backend, device, settings, free, mode)
     except (CaseSkipped, Unsupported) as exc:
         skipped = str(exc)
     except CaseFailed as exc:
@@ -310,15 +339,31 @@ def prepare_timer(
     return _build_timer(case, backend, device, settings, free, _setup(case, backend, device, settings))
 
 
+def _kernels(step: Any, device: DeviceInfo) -> list[KernelCall]:
+    """The kernels of one call, or [] where the profiler cannot say (no CUDA, no CUPTI)."""
+    if not device.is_cuda:
+        return []
+    try:
+        return profile_kernels(step)
+    except Exception:  # the profiler is a diagnostic here: its failure must not fail the case
+        return []
+
+
 def _measure(
-    case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings, free: int | None, measure: bool
-) -> CaseResult | None:
+    case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings, free: int | None, mode: str
+) -> CaseResult | list[KernelCall] | None:
     started = time.perf_counter()
     setup = _setup(case, backend, device, settings)
-    if not measure:
+    if mode == "once":
         setup.steps[0]()
         return None
+    if mode == "kernels":
+        if not device.is_cuda:
+            raise CaseSkipped("kernel names need a CUDA device and the PyTorch profiler")
+        setup.steps[0]()  # warm: lazy initialisation and autotuning stay out of the profile
+        return profile_kernels(setup.steps[0])
     prepared = _build_timer(case, backend, device, settings, free, setup)
+    prepare_s = time.perf_counter() - started
     sampling = sample_until(prepared.timer, settings.stop, read_sm_clock=device.nvml.sm_clock_mhz)
     work = flops.work(case)
     clock = median(sampling.sm_clocks_mhz) if sampling.sm_clocks_mhz else None
@@ -339,4 +384,12 @@ def _measure(
         check=prepared.check,
         elapsed_s=time.perf_counter() - started,
         replay_s=list(getattr(prepared.timer, "replay_s", [])),
+        kernels=_kernels(setup.steps[0], device),
+        expression=_expression(backend, case),
+        prepare_s=prepare_s,
     )
+
+
+def _expression(backend: Backend, case: AttnCase) -> str:
+    describe = getattr(backend, "expression", None)
+    return describe(case) if callable(describe) else ""

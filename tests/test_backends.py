@@ -27,7 +27,13 @@ def case(backend, sq=8, sk=8, mask=Mask.none(), *, hq=4, hkv=4, dtype="fp32", di
 
 def test_builtin_registry():
     reg = builtin_registry()
-    assert reg.names() == ["sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "sdpa-math", "flex", "varlen", "reference"]
+    assert reg.names() == [
+        "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "sdpa-math", "sdpa-efficient-mask", "flex", "varlen",
+        "sdpa-loop", "flash-attn", "flash-attn-varlen", "flash-attn-kvcache", "flash-attn-kvcache-split1",
+        "flash-attn-paged", "fa3", "fa3-varlen", "fa4", "fa4-varlen", "flashinfer-single", "flashinfer-ragged",
+        "flashinfer-paged", "flashinfer-decode-p16", "flashinfer-decode-p256", "flashinfer-decode-tc-p16",
+        "flashinfer-custom", "flashinfer-packed", "flashinfer-bsr", "reference",
+    ]
     assert "reference" not in reg.default_names()
     with pytest.raises(RegistryError, match="unknown back end 'fa9'; known: sdpa-flash"):
         reg.get("fa9")

@@ -92,6 +92,13 @@ class FlexBackend:
     def workspace_bytes(self, case: AttnCase) -> int:
         return 0
 
+    def expression(self, case: AttnCase) -> str:
+        mask = effective_mask(case)
+        if mask.kind == "none":
+            return "no mask"
+        how = "a lookup table" if mask.kind == "custom" else "index arithmetic"
+        return f"block mask ({how} as mask_mod)"
+
     def prepare(self, case: AttnCase, inputs: Inputs) -> ForwardFn:
         from torch.nn.attention.flex_attention import create_block_mask
 

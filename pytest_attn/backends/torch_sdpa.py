@@ -8,6 +8,7 @@ the timed call. The flash kernel takes no ``attn_mask``: such cases are skipped 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,8 +28,10 @@ _KERNELS = {
 }
 
 
-def _mask_plan(case: AttnCase) -> str:
+def _mask_plan(case: AttnCase, force_mask: bool = False) -> str:
     """"none", "is_causal" or "attn_mask": how SDPA expresses this case's mask."""
+    if force_mask:
+        return "attn_mask"
     mask = effective_mask(case)
     if mask.kind == "none":
         return "none"
@@ -40,6 +43,7 @@ def _mask_plan(case: AttnCase) -> str:
 @dataclass(frozen=True)
 class SdpaBackend:
     kernel: str  # key of _KERNELS
+    force_mask: bool = False  # always pass the mask as a dense attn_mask (the mask suite's expression)
 
     layout = "bhsd"
     has_backward = True
@@ -47,11 +51,22 @@ class SdpaBackend:
 
     @property
     def name(self) -> str:
-        return f"sdpa-{self.kernel}"
+        return f"sdpa-{self.kernel}" + ("-mask" if self.force_mask else "")
 
     @property
     def description(self) -> str:
-        return f"torch.nn.functional.scaled_dot_product_attention with SDPBackend.{_KERNELS[self.kernel]}"
+        how = ", the mask always as a dense bool attn_mask" if self.force_mask else ""
+        return f"torch.nn.functional.scaled_dot_product_attention with SDPBackend.{_KERNELS[self.kernel]}{how}"
+
+    @property
+    def only_suites(self) -> tuple[str, ...]:
+        return ("masks",) if self.force_mask else ()
+
+    def expression(self, case: AttnCase) -> str:
+        plan = _mask_plan(case, self.force_mask)
+        if plan == "attn_mask":
+            return f"attn_mask (dense bool, {case.max_seqlen_q * case.max_seqlen_k / 1e9:.3g} GB)"
+        return "is_causal=True" if plan == "is_causal" else "no mask"
 
     @property
     def needs_cuda(self) -> bool:
@@ -70,7 +85,7 @@ class SdpaBackend:
         if case.ragged:
             return "SDPA takes a dense batch; this case has per-sequence lengths (use the varlen back end)"
         if self.kernel == "flash":
-            if _mask_plan(case) == "attn_mask":
+            if _mask_plan(case, self.force_mask) == "attn_mask":
                 why = (
                     "its is_causal is top-left aligned, so bottom-right causal with seqlen_q != seqlen_k"
                     if case.mask.kind == "causal"
@@ -88,8 +103,9 @@ class SdpaBackend:
 
     def workspace_bytes(self, case: AttnCase) -> int:
         mask = 0
-        if _mask_plan(case) == "attn_mask":
-            mask = case.max_seqlen_q * case.max_seqlen_k  # one bool per pair, shared by the batch
+        if _mask_plan(case, self.force_mask) == "attn_mask":
+            # one bool per pair, shared by the batch, and the additive form SDPA may convert it to
+            mask = case.max_seqlen_q * case.max_seqlen_k * (1 + case.elem_bytes)
         if self.kernel != "math":
             return mask
         # math materialises scores and probabilities (fp32 softmax) per (batch, head)
@@ -103,7 +119,7 @@ class SdpaBackend:
 
         backend = getattr(SDPBackend, _KERNELS[self.kernel])
         q, k, v = inputs.q, inputs.k, inputs.v
-        plan = _mask_plan(case)
+        plan = _mask_plan(case, self.force_mask)
         kwargs: dict[str, Any] = {"scale": case.scale}
         if case.heads_q != case.heads_kv:
             kwargs["enable_gqa"] = True
@@ -120,5 +136,57 @@ class SdpaBackend:
         return forward
 
 
-SDPA_BACKENDS = tuple(SdpaBackend(k) for k in _KERNELS)
-__all__ = ["SDPA_BACKENDS", "SdpaBackend", "Unsupported"]
+class SdpaLoopBackend:
+    """The naive varlen baseline: one SDPA call per sequence of a packed batch, PyTorch choosing the
+    kernel, outputs concatenated -- what code without a varlen kernel does."""
+
+    name = "sdpa-loop"
+    description = "a Python loop of scaled_dot_product_attention, one call per sequence (naive varlen)"
+    layout = "thd"
+    needs_cuda = False
+    has_backward = True
+    default_enabled = True
+    only_suites = ("varlen",)
+
+    def available(self) -> str | None:
+        return None
+
+    def supports(self, case: AttnCase, device: DeviceInfo) -> str | None:
+        if case.dtype == "fp8":
+            return "SDPA has no fp8 path"
+        return None
+
+    def workspace_bytes(self, case: AttnCase) -> int:
+        return max(sq * sk for sq, sk in zip(case.seqlens_q, case.seqlens_k, strict=True)) * (
+            1 + case.heads_q * (case.elem_bytes + 4) * 2
+        )
+
+    def prepare(self, case: AttnCase, inputs: Inputs) -> ForwardFn:
+        import torch
+        import torch.nn.functional as F
+
+        from ..inputs import sequence
+
+        calls = []
+        for i in range(case.batch):
+            q, k, v = (sequence(t, "thd", case, i, w) for t, w in ((inputs.q, "q"), (inputs.k, "k"), (inputs.v, "k")))
+            one = dataclasses.replace(case, seqlens_q=(case.seqlens_q[i],), seqlens_k=(case.seqlens_k[i],))
+            kwargs: dict[str, Any] = {"scale": case.scale, "enable_gqa": case.heads_q != case.heads_kv}
+            plan = _mask_plan(one)
+            if plan == "is_causal":
+                kwargs["is_causal"] = True
+            elif plan == "attn_mask":
+                kwargs["attn_mask"] = dense_mask(case.mask, one.seqlens_q[0], one.seqlens_k[0], q.device)
+            calls.append((q, k, v, kwargs))
+
+        def forward() -> Any:
+            outs = [F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), **kw)
+                    for q, k, v, kw in calls]
+            return torch.cat([o.transpose(0, 1) for o in outs])
+
+        call_or_unsupported(self.name, forward)
+        return forward
+
+
+SDPA_BACKENDS = (*(SdpaBackend(k) for k in _KERNELS), SdpaBackend("efficient", force_mask=True))
+__all__ = ["SDPA_BACKENDS", "SdpaBackend", "SdpaLoopBackend", "Unsupported"]

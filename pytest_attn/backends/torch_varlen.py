@@ -64,6 +64,10 @@ class VarlenBackend:
     def workspace_bytes(self, case: AttnCase) -> int:
         return 0
 
+    def expression(self, case: AttnCase) -> str:
+        mask = effective_mask(case)
+        return "no mask" if mask.kind == "none" else f"window_size=({mask.window_left}, {mask.window_right})"
+
     def prepare(self, case: AttnCase, inputs: Inputs) -> ForwardFn:
         from torch.nn.attention.varlen import varlen_attn
 
