@@ -17,7 +17,9 @@ from . import options as opt
 from .backends import Registry, builtin_registry
 from .case import AttnCase
 from .catalog import profile_variants
-from .runner import CaseFailed, CaseResult, CaseSkipped, RunSettings, run_case
+from .dispatch import KernelCall, check_kernels
+from .relative import relative_to_fastest
+from .runner import CaseFailed, CaseResult, CaseSkipped, RunSettings, case_kernels, run_case
 from .stopping import WarmupRule
 from .summary import render
 from .timing import feed_benchmark, replay_clock
@@ -35,6 +37,7 @@ class AttnSession:
         self.registry = registry
         self.backends = backends
         self.results: list[CaseResult] = []
+        self.extra_infos: dict[str, dict[str, Any]] = {}  # by case id: the benchmark's extra_info
         self.skips: list[str] = []
         self._device: DeviceInfo | None = None
 
@@ -68,17 +71,27 @@ class AttnSession:
             peak_tflops=self.options.peak_tflops,
         )
 
+    def backends_for(self, kind: str) -> list[str]:
+        """The selected back ends that take part in a suite kind (some, such as the mask suite's
+        forced-custom-mask expressions or the decode-only KV-cache calls, declare ``only_suites``)."""
+        names = []
+        for name in self.backends:
+            only = getattr(self.registry.get(name), "only_suites", ())
+            if not only or kind in only or kind == "all":
+                names.append(name)
+        return names
+
     def cases(self, kind: str = "prefill") -> list[AttnCase]:
-        """The profile's cases of one kind ("prefill", "decode" or "all") for the selected back ends,
-        dtypes and directions, back ends innermost so one problem's results sit together."""
-        variants = profile_variants(self.profile)
-        if kind != "all":
-            variants = [v for v in variants if v.shape.decode == (kind == "decode")]
+        """The profile's cases of one kind ("prefill", "decode", "varlen", "masks" or "all") for the
+        selected back ends, dtypes and directions, back ends innermost so one problem's results sit
+        together."""
+        variants = profile_variants(self.profile, kind)
         if self.options.dtypes:
             variants = [v for v in variants if v.dtype in self.options.dtypes]
         if self.options.directions:
             variants = [v for v in variants if v.direction in self.options.directions]
-        return [v.case(b) for v in variants for b in self.backends]
+        backends = self.backends_for(kind)
+        return [v.case(b) for v in variants for b in backends]
 
 
 ATTN_SESSION = pytest.StashKey[AttnSession]()
@@ -122,6 +135,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "attn: a pytest-attn benchmark case")
+    config.addinivalue_line(
+        "markers",
+        "attn_kernels(must=(), must_not=()): the GPU kernels an attn_bench case launches must include a"
+        " match for every regex in must and none for must_not (matched against the kernel's qualified"
+        " name or its last :: part)",
+    )
     options = opt.AttnOptions(
         profile=config.getoption("attn_profile"),
         backends=config.getoption("attn_backends"),
@@ -143,12 +162,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Benchmarks of one problem share a pytest-benchmark group; their times come from our engine."""
+    """Every test using ``attn_bench`` gets its times from our engine (the replay clock); benchmarks
+    of one problem (a parametrized ``case``) share a pytest-benchmark group."""
     for item in items:
+        if "attn_bench" not in getattr(item, "fixturenames", ()):
+            continue
         case = getattr(item, "callspec", None) and item.callspec.params.get("case")  # type: ignore[attr-defined]
-        if isinstance(case, AttnCase) and "attn_bench" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.benchmark(group=case.group, timer=replay_clock), append=False)
-            item.add_marker(pytest.mark.attn)
+        group = {"group": case.group} if isinstance(case, AttnCase) else {}
+        item.add_marker(pytest.mark.benchmark(timer=replay_clock, **group), append=False)
+        item.add_marker(pytest.mark.attn)
 
 
 # ---- fixtures --------------------------------------------------------------------------------
@@ -187,6 +209,7 @@ def attn_bench(
             return None
         feed_benchmark(benchmark, result.samples_s)
         benchmark.extra_info.update(result.extra_info())
+        session.extra_infos[case.id] = benchmark.extra_info
         recorded = benchmark.stats.stats.median
         if abs(recorded - result.median_s) > 1e-6 * result.median_s:
             pytest.fail(
@@ -196,12 +219,49 @@ def attn_bench(
                 pytrace=False,
             )
         session.results.append(result)
+        marker = request.node.get_closest_marker("attn_kernels")
+        if marker is not None and attn_device.is_cuda:
+            problem = check_kernels([k.name for k in result.kernels], marker.kwargs.get("must", ()),
+                                    marker.kwargs.get("must_not", ()))
+            if problem:
+                pytest.fail(f"{case.id}: {problem}", pytrace=False)
         return result
 
     return run
 
 
+@pytest.fixture
+def attn_kernels(request: pytest.FixtureRequest, attn_device: DeviceInfo) -> Callable[[AttnCase], list[KernelCall]]:
+    """``attn_kernels(case)``: check the case against the reference, then return the GPU kernels
+    one warm call launches (profiled, nothing timed); skips where the case cannot run."""
+    session = attn_session(request.config)
+
+    def run(case: AttnCase) -> list[KernelCall]:
+        try:
+            return case_kernels(case, session.registry.get(case.backend), attn_device, session.settings)
+        except CaseSkipped as exc:
+            pytest.skip(str(exc))
+        except CaseFailed as exc:
+            pytest.fail(str(exc), pytrace=False)
+
+    return run
+
+
 # ---- reporting -------------------------------------------------------------------------------
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> Any:
+    """Before pytest-benchmark saves (its own wrapper saves before yielding, so this one must wrap
+    it): each result's time relative to the fastest back end on the same problem goes into its
+    extra_info, known only once the whole group has run."""
+    attn = session.config.stash.get(ATTN_SESSION, None)
+    if attn is not None:
+        for case_id, rel in relative_to_fastest(attn.results).items():
+            info = attn.extra_infos.get(case_id)
+            if info is not None:
+                info.update(rel.as_extra_info())
+    yield
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     session = config.stash.get(ATTN_SESSION, None)
     if session is None or not (session.results or session.skips):

@@ -5,11 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from .relative import relative_to_fastest, slow_path_lines
+
 if TYPE_CHECKING:
     from .device import DeviceInfo
     from .runner import CaseResult
 
-COLUMNS = ("backend", "median", "±95%", "TFLOP/s", "MFU", "MFU@clk", "SM MHz", "TB/s", "FLOP/B", "bound", "timer")
+COLUMNS = ("backend", "median", "±95%", "vs best", "TFLOP/s", "MFU", "MFU@clk", "SM MHz", "TB/s", "FLOP/B", "bound",
+           "timer")
 
 
 def fmt_time(seconds: float) -> str:
@@ -30,7 +33,7 @@ def fmt_num(value: float | None, digits: int = 1) -> str:
     return "n/a" if value is None else f"{value:,.{digits}f}"
 
 
-def row(result: CaseResult) -> tuple[str, ...]:
+def row(result: CaseResult, slowdown: float = 1.0) -> tuple[str, ...]:
     f = result.figures
     clock = result.sm_clock_mhz
     timer = result.timer + (f" x{result.calls_per_sample}" if result.calls_per_sample > 1 else "")
@@ -38,6 +41,7 @@ def row(result: CaseResult) -> tuple[str, ...]:
         result.case.backend,
         fmt_time(f.median_s),
         fmt_pct(result.precision) if result.precision != float("inf") else "n/a",
+        f"{slowdown:.2f}x",
         fmt_num(f.tflops, 1 if f.tflops >= 1 else 3),
         fmt_pct(f.mfu_datasheet),
         fmt_pct(f.mfu_at_clock),
@@ -70,6 +74,7 @@ def render(results: Sequence[CaseResult], device: DeviceInfo | None, skips: Iter
             "FLOPs: exact-mask convention (2*(d_qk+d_v) per visible query-key pair per head, bwd = 2.5 x fwd);"
             " MFU vs the datasheet peak, MFU@clk vs the peak at the SM clock seen while sampling"
         )
+    relative = relative_to_fastest(results)
     groups: dict[str, list[CaseResult]] = {}
     for r in results:
         groups.setdefault(r.case.group, []).append(r)
@@ -79,7 +84,10 @@ def render(results: Sequence[CaseResult], device: DeviceInfo | None, skips: Iter
         lines.append("")
         lines.append(f"{group}: {first.case.describe()}, {first.work.flops / 1e9:,.3f} GFLOP per call")
         members = sorted(members, key=lambda r: r.median_s)
-        lines.extend(_table([COLUMNS, *(row(r) for r in members)]))
+        lines.extend(_table([COLUMNS, *(row(r, relative[r.case.id].slowdown) for r in members)]))
+        how = [f"{r.case.backend}: {r.expression}" for r in members if r.expression]
+        if len({r.expression for r in members if r.expression}) > 1:
+            lines.append("  mask as: " + "; ".join(how))
         for r in members:
             if r.figures.peak_note and r.figures.peak_note not in notes:
                 notes.append(r.figures.peak_note)
@@ -89,6 +97,11 @@ def render(results: Sequence[CaseResult], device: DeviceInfo | None, skips: Iter
                 notes.append(f"{r.case.id}: warm-up did not settle within its time cap")
             if r.stop_reason != "precision":
                 notes.append(f"{r.case.id}: stopped at the {r.stop_reason} at ±{fmt_pct(r.precision)}")
+    slow = slow_path_lines(results, relative)
+    if slow:
+        lines.append("")
+        lines.append("slow paths (the mask held as data, against the fastest expression of the same mask):")
+        lines.extend(f"  {line}" for line in slow)
     if notes:
         lines.append("")
         lines.extend(f"note: {n}" for n in notes)

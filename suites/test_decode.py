@@ -1,7 +1,10 @@
-"""Decode: one new query against a KV cache (Qwen2.5-7B head layout, 64 ... 32,768 cached keys).
+"""Decode: one new query (or a few, for speculative decoding) against KV caches of 64 ... 32,768
+keys, batch 1 ... 64, with the head layouts of real models (Qwen2.5-7B 28/4, Llama-3 32/8 and 64/8).
 
-Short calls: the engine times them by CUDA-graph replay, so the figure is the kernel's time, not the
-host's launch overhead.
+Back ends: flash-attn with a KV cache (split-KV heuristic, and ``num_splits=1``; dense and paged),
+FlashInfer paged decode (pages of 16 and 256) and paged prefill (several queries), PyTorch SDPA,
+varlen and flex. These calls take microseconds: the engine captures them in a CUDA graph and reports
+the kernels' own time (``kernel-sum``), not launch overhead; decode is memory-bound, so read TB/s.
 """
 
 from __future__ import annotations

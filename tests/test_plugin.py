@@ -83,7 +83,7 @@ def test_benchmark_disable_checks_without_timing(pytester):
     pytester.makepyfile(test_suite=SUITE)
     result = pytester.runpytest(*FAST, "--attn-backends=sdpa-math", "--attn-dtypes=fp32", "--benchmark-disable")
     assert result.parseoutcomes()["passed"] >= 6
-    assert "pytest-attn summary" not in result.stdout.str()
+    assert "TFLOP/s" not in result.stdout.str()  # nothing timed, so no results table
 
 
 def test_collection_never_initialises_cuda(pytester):
@@ -102,3 +102,62 @@ def test_collection_never_initialises_cuda(pytester):
     result = pytester.runpytest("-p", "no:cacheprovider", "--collect-only", "-q", "--attn-backends=all")
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(["*test_attn[[]sdpa-cudnn-tiny-mha-fp32-full-fwd[]]*"])
+
+
+KIND_SUITE = '''
+import pytest
+from pytest_attn.plugin import attn_cases
+
+
+def pytest_generate_tests(metafunc):
+    kind = metafunc.module.__name__.split("_")[-1]
+    if "case" in metafunc.fixturenames:
+        cases = attn_cases(metafunc.config, kind)
+        metafunc.parametrize("case", cases, ids=[c.id for c in cases])
+
+
+def test_attn(attn_bench, case):
+    attn_bench(case)
+'''
+
+
+def test_each_suite_gets_its_back_ends(pytester):
+    for kind in ("prefill", "decode", "varlen", "masks"):
+        pytester.makepyfile(**{f"test_kind_{kind}": KIND_SUITE})
+    result = pytester.runpytest("-p", "no:cacheprovider", "--attn-profile=cpu", "--collect-only", "-q",
+                                "--attn-backends=all")
+    ids = result.stdout.str()
+    # mask expressions only in the mask suite; KV-cache calls only in decode; the SDPA loop only in varlen
+    assert "test_kind_masks.py::test_attn[flashinfer-custom-tiny-masks-fp32-all-true-fwd]" in ids
+    assert "test_kind_prefill.py::test_attn[flashinfer-custom" not in ids
+    assert "test_kind_decode.py::test_attn[flash-attn-kvcache-tiny-decode-fp32-causal-fwd]" in ids
+    assert "test_kind_prefill.py::test_attn[flash-attn-kvcache" not in ids
+    assert "test_kind_varlen.py::test_attn[sdpa-loop-tiny-varlen-fp32-causal-fwd]" in ids
+    assert "test_kind_prefill.py::test_attn[sdpa-loop" not in ids
+    assert "test_kind_prefill.py::test_attn[flash-attn-tiny-mha-fp32-full-fwd]" in ids
+
+
+def test_relative_figures_reach_the_saved_json(pytester):
+    pytester.makepyfile(test_kind_varlen=KIND_SUITE)
+    result = pytester.runpytest(*FAST, "--attn-backends=sdpa-loop,reference", "--attn-dtypes=fp32",
+                                "--attn-directions=fwd", "--benchmark-json=out.json")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    benches = json.loads((pytester.path / "out.json").read_text())["benchmarks"]
+    slowdowns = sorted(b["extra_info"]["slowdown_vs_fastest"] for b in benches)
+    assert len(slowdowns) == 2 and slowdowns[0] == 1.0 and slowdowns[1] > 1.0
+    assert {b["extra_info"]["fastest_backend"] for b in benches} <= {"sdpa-loop", "reference"}
+
+
+def test_kernel_marker_is_checked_only_where_kernels_are_seen(pytester):
+    pytester.makepyfile(test_marked='''
+import pytest
+from pytest_attn.case import AttnCase
+
+
+@pytest.mark.attn_kernels(must=["flash_fwd_kernel"])
+def test_marked(attn_bench):
+    attn_bench(AttnCase.dense(backend="sdpa-math", shape="t", batch=1, seqlen_q=8, heads_q=2, head_dim=8,
+                              dtype="fp32"))
+''')
+    result = pytester.runpytest(*FAST, "--attn-backends=sdpa-math", "--strict-markers")
+    result.assert_outcomes(passed=1)  # on CPU the profiler sees no kernels: nothing to assert

@@ -13,14 +13,16 @@ H200 = DeviceInfo(kind="cuda", name="NVIDIA H200", torch_version="2.11", compute
                   nvml_status="ok")
 
 
-def result(backend, median_s, shape="gpt2-small", clocks=(1980,), timer="kernel-sum", stop="precision"):
+def result(backend, median_s, shape="gpt2-small", clocks=(1980,), timer="kernel-sum", stop="precision",
+           expression="", kernels=()):
     case = AttnCase.dense(backend=backend, shape=shape, batch=8, seqlen_q=1024, heads_q=12, head_dim=64,
                           mask=Mask.causal())
     w = work(case)
     return CaseResult(case=case, work=w, figures=figures(w, median_s, H200.peak("bf16"), clocks[0] if clocks else None),
                       samples_s=[median_s] * 10, precision=0.004, stop_reason=stop, timer=timer, timer_note="",
                       calls_per_sample=5, input_sets=2, warmup=WarmupReport([1.0] * 6, 0.1, True),
-                      sm_clocks_mhz=list(clocks), check=None, elapsed_s=1.0)
+                      sm_clocks_mhz=list(clocks), check=None, elapsed_s=1.0, expression=expression,
+                      kernels=list(kernels))
 
 
 def test_time_format():
@@ -42,5 +44,19 @@ def test_groups_sit_side_by_side_fastest_first():
 def test_unknown_clock_and_time_cap_are_said():
     text = "\n".join(render([result("sdpa-math", 5e-3, clocks=(), stop="time-cap")], H200))
     row = next(line for line in text.splitlines() if line.strip().startswith("sdpa-math"))
-    assert row.split()[6] == "n/a"  # MFU@clk without a clock reading
+    assert row.split()[7] == "n/a"  # MFU@clk without a clock reading
     assert "stopped at the time-cap" in text
+
+
+def test_each_result_against_the_fastest_expression_of_the_same_mask():
+    custom = "custom_mask (dense bool, 0.001 GB, packed inside each call)"
+    results = [result("flashinfer-custom", 5.3e-3, expression=custom),
+               result("flash-attn", 1e-3, expression="causal=True"),
+               result("flashinfer-packed", 1.2e-3, expression="packed_custom_mask (0.000131 GB, packed once)")]
+    text = "\n".join(render(results, H200))
+    rows = {line.split()[0]: line.split() for line in text.splitlines() if line.startswith("  flash")}
+    assert rows["flash-attn"][4] == "1.00x" and rows["flashinfer-custom"][4] == "5.30x"
+    assert ("gpt2-small-bf16-causal-fwd: flashinfer-custom (custom_mask (dense bool, 0.001 GB, packed inside each"
+            " call)): 5.30x slower than flash-attn (causal=True) for the same mask") in text
+    assert "flashinfer-packed (" not in text.split("slow paths")[1]  # 1.2x is under the 1.5x threshold
+    assert "mask as: flash-attn: causal=True; flashinfer-packed:" in text

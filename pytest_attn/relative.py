@@ -1,0 +1,69 @@
+"""Results of one problem against each other: each back end's time relative to the fastest that
+ran the same problem (same shape, dtype, logical mask and direction). Pure.
+
+In the mask suite the back ends of a group are different *expressions of one mask* (a causal flag,
+a dense custom mask, packed bits, block-sparse tiles, ...), so the ratio reads "custom mask: N x
+slower than causal=True for the same mask".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .runner import CaseResult
+
+#: How a back end's ``expression(case)`` text begins when the mask is held in memory as data (a
+#: dense or packed mask, tiles, a block mask) rather than passed as a flag (``causal=True``,
+#: ``window_size=...``, ``is_causal=True``, ``no mask``). Slow-path sentences are about data forms.
+DATA_FORMS = ("custom_mask", "packed_custom_mask", "attn_mask", "block-sparse", "block mask")
+
+
+def is_data_form(expression: str) -> bool:
+    return expression.startswith(DATA_FORMS)
+
+
+@dataclass(frozen=True)
+class Relative:
+    group: str
+    backend: str
+    slowdown: float  # median / fastest median of the group (1.0 for the fastest)
+    fastest: str
+    fastest_expression: str
+    peers: int  # results in the group
+
+    def as_extra_info(self) -> dict[str, object]:
+        return {"slowdown_vs_fastest": self.slowdown, "fastest_backend": self.fastest,
+                "fastest_expression": self.fastest_expression, "group_results": self.peers}
+
+
+def relative_to_fastest(results: Sequence[CaseResult]) -> dict[str, Relative]:
+    """By case id: each result against the fastest result of its group."""
+    groups: dict[str, list[CaseResult]] = {}
+    for r in results:
+        groups.setdefault(r.case.group, []).append(r)
+    out: dict[str, Relative] = {}
+    for group, members in groups.items():
+        best = min(members, key=lambda r: r.median_s)
+        for r in members:
+            out[r.case.id] = Relative(group, r.case.backend, r.median_s / best.median_s, best.case.backend,
+                                      best.expression, len(members))
+    return out
+
+
+def slow_path_lines(results: Sequence[CaseResult], relative: dict[str, Relative], threshold: float = 1.5) -> list[str]:
+    """One sentence per result that holds the mask as data (:data:`DATA_FORMS`) and is ``threshold``
+    x slower or more than the fastest result of the same problem, which expressed it another way."""
+    lines = []
+    for r in sorted(results, key=lambda r: (r.case.group, r.median_s)):
+        rel = relative.get(r.case.id)
+        if rel is None or rel.peers < 2 or rel.slowdown < threshold:
+            continue
+        if not is_data_form(r.expression) or r.expression == rel.fastest_expression:
+            continue
+        mine = f"{r.case.backend} ({r.expression})" if r.expression else r.case.backend
+        best = f"{rel.fastest} ({rel.fastest_expression})" if rel.fastest_expression else rel.fastest
+        lines.append(f"{r.case.group}: {mine}: {rel.slowdown:.2f}x slower than {best} for the same mask")
+    return lines
