@@ -49,7 +49,7 @@ def test_flash_attn_num_splits_1_never_combines(attn_kernels):
 
 def test_flashinfer_custom_mask_leaves_the_flag_kernel(attn_kernels, attn_device):
     if attn_device.compute_capability != (9, 0):
-        pytest.skip(f"pinned on sm90; this device is {attn_device.name}")
+        pytest.skip(f"pinned on sm90; this device is {attn_device.describe()}")
     flag = {k.full for k in attn_kernels(VIDEO_8K.case("flashinfer-single", "bf16", Mask.causal(), "fwd"))}
     custom = {k.full for k in attn_kernels(VIDEO_8K.case("flashinfer-packed", "bf16", Mask.causal(), "fwd"))}
     assert flag and custom
