@@ -89,6 +89,17 @@ def min_samples(text: str) -> int:
     return value
 
 
+def head_dims(text: str) -> tuple[int, ...]:
+    """Comma-separated positive head dims, e.g. ``64,128``."""
+    try:
+        dims = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"head dims must be comma-separated integers, got {text!r}") from None
+    if not dims or any(d <= 0 for d in dims):
+        raise argparse.ArgumentTypeError(f"head dims must be positive integers, got {text!r}")
+    return dims
+
+
 dtypes = comma_list(DTYPES, "dtype")
 directions = comma_list(DIRECTIONS, "direction")
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from . import fuzz_settings
 from . import options as opt
 from .backends import Registry, builtin_registry
 from .case import AttnCase
@@ -26,6 +27,7 @@ from .timing import feed_benchmark, replay_clock
 
 if TYPE_CHECKING:
     from .device import DeviceInfo
+    from .fuzz import Fuzzer
     from .peaks import Peak
 
 
@@ -39,6 +41,7 @@ class AttnSession:
         self.results: list[CaseResult] = []
         self.extra_infos: dict[str, dict[str, Any]] = {}  # by case id: the benchmark's extra_info
         self.skips: list[str] = []
+        self.fuzzer: Fuzzer | None = None
         self._device: DeviceInfo | None = None
 
     @cached_property
@@ -95,6 +98,7 @@ class AttnSession:
 
 
 ATTN_SESSION = pytest.StashKey[AttnSession]()
+FUZZ_HEAD_DIMS = pytest.StashKey["tuple[int, ...] | None"]()
 
 
 def attn_session(config: pytest.Config) -> AttnSession:
@@ -104,6 +108,22 @@ def attn_session(config: pytest.Config) -> AttnSession:
 def attn_cases(config: pytest.Config, kind: str = "prefill") -> list[AttnCase]:
     """Cases for a suite's ``pytest_generate_tests``; see suites/test_prefill.py."""
     return attn_session(config).cases(kind)
+
+
+def fuzz_targets(config: pytest.Config) -> list[tuple[str, str]]:
+    """(back end, direction) pairs to fuzz: every selected back end but the reference itself, forward,
+    and forward+backward where it has a backward (``--attn-directions`` narrows them)."""
+    session = attn_session(config)
+    wanted = session.options.directions or ("fwd", "fwd+bwd")
+    targets = []
+    for name in session.backends:
+        backend = session.registry.get(name)
+        if name == "reference":
+            continue
+        for direction in wanted:
+            if direction == "fwd" or backend.has_backward:
+                targets.append((name, direction))
+    return targets
 
 
 # ---- options ---------------------------------------------------------------------------------
@@ -131,6 +151,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="samples to take at least (default 10)")
     group.addoption("--attn-no-verify", action="store_true", default=False,
                     help="skip the check of sampled output rows against the fp64 reference before timing")
+    group.addoption("--attn-fuzz", action="store_true", default=False,
+                    help="run the fuzz suite on a GPU too (it is opt-in there: it compiles kernels for many shapes);"
+                         " naming a test_fuzz file on the command line does the same")
+    group.addoption("--attn-fuzz-head-dims", type=opt.head_dims, default=None, metavar="LIST",
+                    help="fuzz only these head dims (default: every one a back end takes, e.g. 16 ... 256 on a GPU);"
+                         " --attn-dtypes narrows the fuzzed dtypes too")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -159,12 +185,33 @@ def pytest_configure(config: pytest.Config) -> None:
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[ATTN_SESSION] = AttnSession(options, registry, backends)
+    config.stash[FUZZ_HEAD_DIMS] = config.getoption("attn_fuzz_head_dims")
+    if config.getoption("hypothesis_profile", None) is None:  # Hypothesis' own option wins
+        import torch
+        from hypothesis import settings
+
+        settings.load_profile(fuzz_settings.default_profile(torch.cuda.is_available()))
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def fuzz_opted_in(config: pytest.Config) -> bool:
+    """On a GPU the fuzz suite runs only when asked: ``--attn-fuzz`` or a test_fuzz file named."""
+    return bool(config.getoption("attn_fuzz")) or any("test_fuzz" in str(a) for a in config.args)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test using ``attn_bench`` gets its times from our engine (the replay clock); benchmarks
-    of one problem (a parametrized ``case``) share a pytest-benchmark group."""
+    of one problem (a parametrized ``case``) share a pytest-benchmark group. On a GPU, fuzz tests
+    skip unless opted in, so `pytest suites/` stays a benchmark run."""
+    fuzz_skip = None
+    if any("fuzz_target" in getattr(i, "fixturenames", ()) for i in items) and not fuzz_opted_in(config):
+        import torch
+
+        if torch.cuda.is_available():
+            fuzz_skip = pytest.mark.skip(reason="fuzzing is opt-in on a GPU (it compiles kernels for many shapes):"
+                                                " run pytest suites/test_fuzz_varlen.py, or add --attn-fuzz")
     for item in items:
+        if fuzz_skip is not None and "fuzz_target" in getattr(item, "fixturenames", ()):
+            item.add_marker(fuzz_skip)
         if "attn_bench" not in getattr(item, "fixturenames", ()):
             continue
         case = getattr(item, "callspec", None) and item.callspec.params.get("case")  # type: ignore[attr-defined]
@@ -230,6 +277,18 @@ def attn_bench(
     return run
 
 
+@pytest.fixture(scope="session")
+def attn_fuzzer(request: pytest.FixtureRequest, attn_device: DeviceInfo) -> Fuzzer:
+    """Runs one fuzz example: ``attn_fuzzer.check(backend, direction, data)`` inside a ``@given`` test
+    (see suites/test_fuzz_varlen.py)."""
+    from .fuzz import Fuzzer
+
+    session = attn_session(request.config)
+    session.fuzzer = Fuzzer(session.registry, attn_device, dtypes=session.options.dtypes,
+                            head_dims=request.config.stash[FUZZ_HEAD_DIMS])
+    return session.fuzzer
+
+
 @pytest.fixture
 def attn_kernels(request: pytest.FixtureRequest, attn_device: DeviceInfo) -> Callable[[AttnCase], list[KernelCall]]:
     """``attn_kernels(case)``: check the case against the reference, then return the GPU kernels
@@ -264,6 +323,14 @@ def pytest_sessionfinish(session: pytest.Session) -> Any:
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     session = config.stash.get(ATTN_SESSION, None)
+    if session is not None and session.fuzzer is not None and session.fuzzer.examples:
+        from hypothesis import settings
+
+        terminalreporter.write_sep("=", "pytest-attn fuzz")
+        terminalreporter.write_line(f"hypothesis profile: {settings._current_profile}; examples that ran"
+                                    " (not rejected) per back end and direction:")
+        for (name, direction), n in sorted(session.fuzzer.examples.items()):
+            terminalreporter.write_line(f"  {name} {direction}: {n}")
     if session is None or not (session.results or session.skips):
         return
     terminalreporter.write_sep("=", "pytest-attn summary")

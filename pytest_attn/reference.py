@@ -29,12 +29,18 @@ if TYPE_CHECKING:
 
 FWD_RATIO = 2.0
 FP32_FLOOR = 1e-5
+#: Gradients of fp32 cases: a gradient that is exactly 0 in exact arithmetic (one visible key, or a
+#: GQA sum of cancelling terms) comes out as rounding noise of the size of its terms (~8 x eps x
+#: |q| x heads): 1e-5 was seen on the CPU flash kernel where fp32 math happened to give exactly 0.
+FP32_GRAD_FLOOR = 1e-4
 
 
-def error_floor(dtype: str) -> float:
-    """The absolute part of the check's allowance for a dtype."""
+def error_floor(dtype: str, *, grad: bool = False) -> float:
+    """The absolute part of the check's allowance for a dtype (outputs, or gradients)."""
     import torch
 
+    if dtype == "fp32" and grad:
+        return FP32_GRAD_FLOOR
     if dtype == "fp32":
         return FP32_FLOOR
     if dtype == "fp8":
@@ -62,10 +68,13 @@ def attention_rows(
     if rows is not None:
         qc = qc[rows]
     scores = torch.einsum("qhd,khd->hqk", qc, kc) * case.scale
-    if case.mask.kind != "none":
+    if case.mask.kind == "none":
+        probs = torch.softmax(scores, dim=-1)
+    else:
         visible = dense_mask(case.mask, sq, sk, q.device, rows)
-        scores = scores.masked_fill(~visible, float("-inf"))
-    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # rows with no visible key -> 0
+        empty = ~visible.any(dim=-1, keepdim=True)  # rows with no visible key give 0 (as flash-attn)
+        scores = scores.masked_fill(~visible, float("-inf")).masked_fill(empty, 0.0)
+        probs = torch.softmax(scores, dim=-1).masked_fill(empty, 0.0)  # finite gradients everywhere
     return torch.einsum("hqk,khd->qhd", probs, vc)
 
 
@@ -164,3 +173,129 @@ def check_rows(
         checked += len(rows_list)
     allowed = FWD_RATIO * lowp_err + floor
     return RowCheck(worst_err <= allowed, worst_err, lowp_err, allowed, checked, worst_where)
+
+
+# ---- the fuzzer's oracle: every row, and gradients ---------------------------------------------
+BWD_RATIO = 3.0
+EMPTY_ROWS = ("zero", "nan", "any")  # what a back end writes for a query that sees no key
+
+
+@dataclass(frozen=True)
+class FullCheck:
+    """Every output (and gradient) element against the fp64 reference."""
+
+    ok: bool
+    tensor: str  # "out", "dq", "dk", "dv": the worst one
+    max_error: float
+    lowp_error: float
+    allowed: float
+    worst: str  # "sequence s, head h, row r, column c"
+    problem: str = ""  # set for NaN/Inf, unwritten or wrong empty rows
+
+    @property
+    def ratio(self) -> float:
+        return self.max_error / self.lowp_error if self.lowp_error > 0 else float("inf")
+
+    def describe(self, case: AttnCase) -> str:
+        if self.problem:
+            return f"{self.tensor}: {self.problem} at {self.worst}"
+        return (f"{self.tensor}: max |got - fp64| = {self.max_error:.3g} at {self.worst}; {case.dtype} math errs"
+                f" {self.lowp_error:.3g}; ratio {self.ratio:.2f} (allowed {self.allowed:.3g})")
+
+
+def _grads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, case: AttnCase, dtype: torch.dtype,
+           grad_out: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+    """Output of one sequence in ``dtype`` and, with ``grad_out``, its dq, dk, dv."""
+    import torch
+
+    lq, lk, lv = (t.detach().to(dtype).requires_grad_(grad_out is not None) for t in (q, k, v))
+    with torch.enable_grad():
+        out = attention_rows(lq, lk, lv, case, None, dtype)
+        if grad_out is None:
+            return (out.detach(),)
+        dq, dk, dv = torch.autograd.grad(out, (lq, lk, lv), grad_out.to(dtype))
+    return out.detach(), dq, dk, dv
+
+
+def _where(index: int, flat: int, shape: tuple[int, ...], is_q: bool) -> str:
+    r, h, c = flat // (shape[1] * shape[2]), (flat // shape[2]) % shape[1], flat % shape[2]
+    return f"sequence {index}, head {h}, {'row' if is_q else 'key'} {r}, column {c}"
+
+
+def check_full(
+    case: AttnCase,
+    inputs: Inputs,
+    out: torch.Tensor,
+    layout: str,
+    grads: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    *,
+    empty_rows: str = "zero",
+) -> FullCheck:
+    """Compare every element of ``out`` (and the gradients, for fwd+bwd) with the fp64 reference,
+    sequence by sequence. Forward within 2x, gradients within 3x the error of the same math in the
+    case's dtype, plus the dtype's floor. NaN or Inf fail (except where ``empty_rows="nan"``);
+    rows that see no key must be what the back end documents: ``zero``, ``nan``, or ``any``."""
+    import torch
+
+    if empty_rows not in EMPTY_ROWS:
+        raise ValueError(f"empty_rows={empty_rows!r} is not one of {', '.join(EMPTY_ROWS)}")
+    floor = error_floor(case.dtype)
+    lowp_dtype = torch_dtype(case.dtype) if case.dtype != "fp8" else torch.bfloat16
+    names = ("out", "dq", "dk", "dv")
+    worst: dict[str, tuple[float, str]] = {n: (0.0, "nowhere") for n in names}
+    lowp_err = dict.fromkeys(names, 0.0)
+    # Gradients: one unit in the last place at the gradient's own size. A fused kernel accumulates in
+    # fp32 and rounds once; the same math in fp16 can be luckier than that on a tiny case. Seen on an
+    # H200: SDPA's cuDNN and flash kernels gave the same dq (error 0.0041, |dq| up to ~4 at scale 2)
+    # where fp16 math erred 0.00067 -- two independent kernels agreeing is not a bug.
+    grad_floor = dict.fromkeys(names, error_floor(case.dtype, grad=True))
+    for i in range(case.batch):
+        q, k, v = (sequence(t, inputs.layout, case, i, w) for t, w in ((inputs.q, "q"), (inputs.k, "k"),
+                                                                        (inputs.v, "k")))
+        g_out = None if grads is None or inputs.grad_out is None else sequence(inputs.grad_out, inputs.layout,
+                                                                                case, i, "q")
+        ref = _grads(q, k, v, case, torch.float64, g_out)
+        low = _grads(q, k, v, case, lowp_dtype, g_out)
+        got = [sequence(out, layout, case, i, "q").detach()]
+        if grads is not None:
+            got += [sequence(g, inputs.layout, case, i, w).detach() for g, w in zip(grads, "qkk", strict=True)]
+        seen = torch.from_numpy(visible_keys_per_row(case.seqlens_q[i], case.seqlens_k[i], case.mask) > 0)
+        for name, g, r, lo in zip(names, got, ref, low, strict=False):
+            g64 = g.to(torch.float64)
+            if name in ("out", "dq"):
+                empty = ~seen.to(g.device)
+                if empty.any():
+                    rows = g64[empty]
+                    bad = {"zero": rows != 0, "nan": ~torch.isnan(rows),
+                           "any": torch.zeros_like(rows, dtype=torch.bool)}
+                    if name == "out" and bad[empty_rows].any():
+                        row = int(empty.nonzero()[0])
+                        value = float(rows.abs().max())
+                        return FullCheck(False, name, float("inf"), 0.0, 0.0, f"sequence {i}, row {row}",
+                                         f"a row that sees no key is not {empty_rows} (max |value| {value:.3g})")
+                    g64, r, lo = g64[~empty], r[~empty.to(r.device)], lo[~empty.to(lo.device)]
+            if not torch.isfinite(g64).all():
+                flat = int((~torch.isfinite(g64)).reshape(-1).nonzero()[0])
+                return FullCheck(False, name, float("inf"), 0.0, 0.0, _where(i, flat, tuple(g64.shape), name != "dk"
+                                 and name != "dv"), "NaN/Inf (an unwritten or overflowed element)")
+            if g64.numel() == 0:
+                continue
+            if name != "out":
+                size = float(r.abs().max())
+                grad_floor[name] = max(grad_floor[name], error_floor(case.dtype, grad=True) * size)
+            err = (g64 - r).abs()
+            e = float(err.max())
+            if e > worst[name][0]:
+                worst[name] = (e, _where(i, int(err.argmax()), tuple(err.shape), name in ("out", "dq")))
+            lowp_err[name] = max(lowp_err[name], float((lo.to(torch.float64) - r).abs().max()))
+    result = None
+    for name in names:
+        ratio = FWD_RATIO if name == "out" else BWD_RATIO
+        allowed = ratio * lowp_err[name] + (floor if name == "out" else grad_floor[name])
+        check = FullCheck(worst[name][0] <= allowed, name, worst[name][0], lowp_err[name], allowed, worst[name][1])
+        if not check.ok:
+            return check
+        if name == "out":
+            result = check
+    assert result is not None
+    return result

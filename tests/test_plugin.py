@@ -161,3 +161,35 @@ def test_marked(attn_bench):
 ''')
     result = pytester.runpytest(*FAST, "--attn-backends=sdpa-math", "--strict-markers")
     result.assert_outcomes(passed=1)  # on CPU the profiler sees no kernels: nothing to assert
+
+
+FUZZ_SUITE = '''
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pytest_attn.plugin import fuzz_targets
+
+
+def pytest_generate_tests(metafunc):
+    if "fuzz_target" in metafunc.fixturenames:
+        targets = fuzz_targets(metafunc.config)
+        metafunc.parametrize("fuzz_target", targets, ids=[f"{b}-{d}" for b, d in targets])
+
+
+@given(data=st.data())
+def test_fuzz(attn_fuzzer, fuzz_target, data):
+    attn_fuzzer.check(*fuzz_target, data)
+'''
+
+
+def test_fuzzing_runs_on_cpu_and_is_opt_in_on_a_gpu(pytester):
+    pytester.makepyfile(suite_fuzz=FUZZ_SUITE)  # not named test_fuzz*: opting in by path does not apply
+    result = pytester.runpytest("-p", "no:cacheprovider", "--attn-backends=sdpa-math", "suite_fuzz.py", "-rs")
+    result.assert_outcomes(passed=2)  # fwd and fwd+bwd, the ci profile on CPU
+    result.stdout.fnmatch_lines(["*pytest-attn fuzz*", "*hypothesis profile: ci*", "*sdpa-math fwd: 50*"])
+    # a pretend GPU, in a subprocess so the patch cannot leak into this session
+    pytester.makeconftest("import torch\ntorch.cuda.is_available = lambda: True\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--attn-backends=sdpa-math", "suite_fuzz.py",
+                                           "-rs")
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines(["*fuzzing is opt-in on a GPU*--attn-fuzz*"])

@@ -10,6 +10,11 @@ A back end answers three questions and builds one callable:
   When the library itself refuses the case at call time, raise :class:`Unsupported` with its
   words; the case is skipped with them.
 
+Optional attributes: ``only_suites`` (the suite kinds it takes part in; all when absent),
+``expression(case)`` (how it passes the mask, for the mask suite), ``empty_rows`` (what it writes for
+a query that sees no key: "zero", "nan", or "any" when undocumented; the fuzzer checks it, and avoids
+such rows for "any").
+
 Library imports happen inside methods, never at module import.
 """
 

@@ -81,6 +81,7 @@ class FlashAttnBackend:
 
     needs_cuda = True
     default_enabled = True
+    empty_rows = "zero"  # documented: a query that sees no key gets a zero output row
 
     @property
     def name(self) -> str:

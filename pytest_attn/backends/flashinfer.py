@@ -124,6 +124,7 @@ class FlashInferBackend:
     needs_cuda = True
     has_backward = False
     default_enabled = True
+    empty_rows = "any"  # it refuses seqlen_q > seqlen_k, the only way a row sees no key
 
     @property
     def name(self) -> str:

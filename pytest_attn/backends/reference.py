@@ -24,6 +24,7 @@ class ReferenceBackend:
     needs_cuda = False
     has_backward = True
     default_enabled = False
+    empty_rows = "zero"
 
     def available(self) -> str | None:
         return None

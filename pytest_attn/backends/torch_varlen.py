@@ -48,6 +48,7 @@ class VarlenBackend:
     needs_cuda = True
     has_backward = True
     default_enabled = True
+    empty_rows = "zero"  # flash-attn kernels underneath
 
     def available(self) -> str | None:
         try:
