@@ -15,7 +15,9 @@ def test_known_failure_still_fails(attn_fuzzer, entry):
     case, seed = case_from_json(entry.example)
     assert entry.matches(case), f"the ledger entry's example is not one it covers: {entry.example}"
     backend = attn_fuzzer.registry.get(case.backend)
-    why = backend.available() or backend.supports(case, attn_fuzzer.device)
+    device = attn_fuzzer.device
+    why = ("no CUDA device" if backend.needs_cuda and not device.is_cuda else None) or backend.available() or \
+        backend.supports(case, device)
     if why:
         pytest.skip(why)
     check = run_example(case, backend, attn_fuzzer.device, seed)
