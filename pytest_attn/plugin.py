@@ -97,6 +97,8 @@ class AttnSession:
         return [v.case(b) for v in variants for b in backends]
 
 
+pytest_plugins = ["pytest_attn.gating"]  # baselines, the regression gate, reports
+
 ATTN_SESSION = pytest.StashKey[AttnSession]()
 FUZZ_HEAD_DIMS = pytest.StashKey["tuple[int, ...] | None"]()
 
@@ -347,3 +349,7 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
     session = config.stash.get(ATTN_SESSION, None)
     if session is not None:
         machine_info["attn_device"] = session.device.as_machine_info()
+        if session.device.is_cuda:
+            from .fingerprint import fingerprint_of
+
+            machine_info["attn_fingerprint"] = fingerprint_of(session.device).as_dict()

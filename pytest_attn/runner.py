@@ -95,6 +95,10 @@ class CaseResult:
         info: dict[str, Any] = {
             "attn_case": self.case.describe(),
             "backend": self.case.backend,
+            "shape": self.case.shape,
+            "batch": self.case.batch,
+            "max_seqlen_q": self.case.max_seqlen_q,
+            "max_seqlen_k": self.case.max_seqlen_k,
             "flops": self.work.flops,
             "fa2_flops": self.work.fa2_flops,
             "min_bytes": self.work.min_bytes,

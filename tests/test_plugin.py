@@ -193,3 +193,47 @@ def test_fuzzing_runs_on_cpu_and_is_opt_in_on_a_gpu(pytester):
                                            "-rs")
     result.assert_outcomes(skipped=2)
     result.stdout.fnmatch_lines(["*fuzzing is opt-in on a GPU*--attn-fuzz*"])
+
+
+def test_gate_end_to_end_on_cpu(pytester):
+    pytester.makepyfile(test_suite=SUITE)
+    args = [*FAST, "--attn-backends=sdpa-math", "--attn-dtypes=fp32", "--attn-directions=fwd", "-k", "tiny-mha"]
+    first = pytester.runpytest(*args, "--benchmark-json=base.json")
+    assert first.ret == pytest.ExitCode.OK
+    base = json.loads((pytester.path / "base.json").read_text())
+    for bench in base["benchmarks"]:
+        bench["stats"]["median"] /= 2  # a baseline twice as fast: this run is SLOWER beyond any noise
+    (pytester.path / "fast.json").write_text(json.dumps(base))
+    gated = pytester.runpytest(*args, "--attn-baseline=fast.json", "--attn-report=rep")
+    assert gated.ret == pytest.ExitCode.TESTS_FAILED
+    gated.stdout.fnmatch_lines(["*pytest-attn gate*", "against fast.json: 1 SLOWER*", "*SLOWER*",
+                                "*moved +*% (threshold 5.0%*"])
+    assert (pytester.path / "rep" / "summary.md").read_text().startswith("### pytest-attn: regression")
+    assert (pytester.path / "rep" / "results.csv").exists()
+    loose = pytester.runpytest(*args, "--attn-baseline=fast.json", "--attn-threshold-for=backend:sdpa-math=500%")
+    assert loose.ret == pytest.ExitCode.OK
+    saved = pytester.runpytest(*args, "--attn-save-baseline")
+    saved.stdout.fnmatch_lines(["*--attn-save-baseline: nothing saved (no GPU results in this run)*"])
+    (pytester.path / "broken.json").write_text("{")
+    broken = pytester.runpytest(*args, "--attn-baseline=broken.json")
+    assert broken.ret == pytest.ExitCode.USAGE_ERROR
+    broken.stdout.fnmatch_lines(["*error: baseline broken.json is not valid JSON*"])
+
+
+def test_bad_thresholds_stop_at_start_up(pytester):
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest("--attn-threshold=fast")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*threshold 'fast' is not a number or a percentage (e.g. 5% or 0.05)*"])
+
+
+def test_local_history_is_kept_per_gpu(pytester, monkeypatch):
+    import pytest_attn.gating as gating
+
+    monkeypatch.setattr(gating, "visible_gpu_name", lambda: "NVIDIA H200")  # what NVML would say
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest(*FAST, "--attn-backends=sdpa-math", "--attn-dtypes=fp32", "--attn-directions=fwd",
+                                "-k", "tiny-mha", "--benchmark-autosave")
+    assert result.ret == pytest.ExitCode.OK
+    saved = list((pytester.path / ".benchmarks").glob("*/*/*.json"))
+    assert [p.relative_to(pytester.path / ".benchmarks").parts[0] for p in saved] == ["nvidia-h200"]
