@@ -89,6 +89,23 @@ def min_samples(text: str) -> int:
     return value
 
 
+def fraction(what: str) -> Callable[[str], float]:
+    """``6%`` or ``0.06``, positive."""
+
+    def convert(text: str) -> float:
+        raw = text.strip()
+        try:
+            value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be a percentage like 6% or a fraction like 0.06,"
+                                             f" got {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{what} must be positive, got {text!r}")
+        return value
+
+    return convert
+
+
 def head_dims(text: str) -> tuple[int, ...]:
     """Comma-separated positive head dims, e.g. ``64,128``."""
     try:

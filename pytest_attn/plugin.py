@@ -151,6 +151,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="cap on sampling time per case (default by profile: smoke 2, default 3, full 5, cpu 0.5)")
     group.addoption("--attn-min-samples", type=opt.min_samples, default=10, metavar="N",
                     help="samples to take at least (default 10)")
+    group.addoption("--attn-inject-slowdown", type=opt.fraction("--attn-inject-slowdown"), default=None,
+                    metavar="PCT", help="make every back end this much slower on purpose (a GPU busy-wait after each"
+                                        " call): shows that the regression gate turns red")
     group.addoption("--attn-no-verify", action="store_true", default=False,
                     help="skip the check of sampled output rows against the fp64 reference before timing")
     group.addoption("--attn-fuzz", action="store_true", default=False,
@@ -182,6 +185,11 @@ def pytest_configure(config: pytest.Config) -> None:
         verify=not config.getoption("attn_no_verify"),
     )
     registry = builtin_registry()
+    slowdown = config.getoption("attn_inject_slowdown")
+    if slowdown:
+        from .backends.slowed import SlowedBackend
+
+        registry = Registry([SlowedBackend(b, slowdown) for b in registry])
     try:
         backends = options.resolve_backends(registry.names(), registry.default_names())
     except ValueError as exc:

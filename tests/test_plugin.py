@@ -237,3 +237,15 @@ def test_local_history_is_kept_per_gpu(pytester, monkeypatch):
     assert result.ret == pytest.ExitCode.OK
     saved = list((pytester.path / ".benchmarks").glob("*/*/*.json"))
     assert [p.relative_to(pytester.path / ".benchmarks").parts[0] for p in saved] == ["nvidia-h200"]
+
+
+def test_an_injected_slowdown_turns_the_gate_red(pytester):
+    pytester.makepyfile(test_suite=SUITE)
+    args = [*FAST, "--attn-backends=sdpa-math", "--attn-dtypes=fp32", "--attn-directions=fwd", "-k", "tiny-mha",
+            "--attn-min-samples=10", "--attn-max-time=0.2"]
+    assert pytester.runpytest(*args, "--benchmark-json=base.json").ret == pytest.ExitCode.OK
+    slowed = pytester.runpytest(*args, "--attn-baseline=base.json", "--attn-inject-slowdown=100%")
+    assert slowed.ret == pytest.ExitCode.TESTS_FAILED
+    slowed.stdout.fnmatch_lines(["against base.json: 1 SLOWER*"])
+    bad = pytester.runpytest(*args, "--attn-inject-slowdown=fast")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR

@@ -1,0 +1,87 @@
+"""A back end made slower on purpose, to show that the regression gate catches a slowdown.
+
+``--attn-inject-slowdown=6%`` wraps every back end: after each call it adds a busy wait of that
+fraction of the call's own time -- on a GPU a spinning kernel (``torch.cuda._sleep``) on the same
+stream, so it lands inside the CUDA graph and the kernel-sum timer like a slower kernel would; on a
+CPU a spin loop. Names are unchanged, so the gate compares the slowed run with the stored baseline.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from .base import ForwardFn
+
+if TYPE_CHECKING:
+    from ..case import AttnCase
+    from ..inputs import Inputs
+
+
+def _cuda_cycles_per_second() -> float:
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(1000)  # first launch
+    cycles = 10_000_000
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    end.synchronize()
+    return cycles / (start.elapsed_time(end) / 1e3)
+
+
+def _time_once(fn: ForwardFn, cuda: bool) -> float:
+    import torch
+
+    fn()  # warm
+    if cuda:
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(5):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3 / 5
+    t0 = time.perf_counter()
+    for _ in range(5):
+        fn()
+    return (time.perf_counter() - t0) / 5
+
+
+class SlowedBackend:
+    """``inner`` with a busy wait of ``fraction`` x its call time after every call."""
+
+    def __init__(self, inner: Any, fraction: float) -> None:
+        self._inner = inner
+        self.fraction = fraction
+        self.description = f"{inner.description}, slowed by {fraction:.1%} on purpose (--attn-inject-slowdown)"
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def prepare(self, case: AttnCase, inputs: Inputs) -> ForwardFn:
+        forward = self._inner.prepare(case, inputs)
+        cuda = inputs.q.is_cuda
+        delay_s = self.fraction * _time_once(forward, cuda)
+        if cuda:
+            import torch
+
+            cycles = max(1, int(delay_s * _cuda_cycles_per_second()))
+
+            def slowed() -> Any:
+                out = forward()
+                torch.cuda._sleep(cycles)
+                return out
+
+            return slowed
+
+        def spun() -> Any:
+            out = forward()
+            end = time.perf_counter() + delay_s
+            while time.perf_counter() < end:
+                pass
+            return out
+
+        return spun
