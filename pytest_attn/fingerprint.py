@@ -64,7 +64,7 @@ class Fingerprint:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
-def fingerprint_of(device: DeviceInfo) -> Fingerprint:
+def fingerprint_of(device: DeviceInfo, clocks: str = "not locked") -> Fingerprint:
     memory = round(device.total_memory_bytes / 2**30) if device.total_memory_bytes else None
     return Fingerprint(
         gpu=device.name,
@@ -75,6 +75,7 @@ def fingerprint_of(device: DeviceInfo) -> Fingerprint:
         torch=device.torch_version,
         flash_attn=library_version("flash-attn") or library_version("flash_attn"),
         flashinfer=library_version("flashinfer-python") or library_version("flashinfer"),
+        clocks=clocks,
         power_limit_w=device.power_limit_w,
     )
 

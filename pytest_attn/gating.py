@@ -108,6 +108,13 @@ def _device(config: pytest.Config) -> Any:
     return session.device_if_probed if session is not None else None
 
 
+def _fingerprint(config: pytest.Config, device: Any) -> Any:
+    from .plugin import ATTN_SESSION
+
+    session = config.stash.get(ATTN_SESSION, None)
+    return fingerprint_of(device, session.clock_lock if session is not None else "not locked")
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = session.config.stash.get(GATE, None)
@@ -118,7 +125,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if state.run is None or device is None or not device.is_cuda:
             state.lines.append("--attn-save-baseline: nothing saved (no GPU results in this run)")
             return
-        fp = fingerprint_of(device)
+        fp = _fingerprint(session.config, device)
         try:
             state.lines.append(save_baseline(baseline_path(state.baselines_dir, fp.key), state.run, fp,
                                              force=state.force))
@@ -152,7 +159,7 @@ def _gate(session: pytest.Session, state: GateState, path: Path, device: Any) ->
     notes: list[str] = []
     stored = stored_fingerprint(base)
     if stored is not None and device is not None and device.is_cuda:
-        blocking, informing = differences(stored, fingerprint_of(device))
+        blocking, informing = differences(stored, _fingerprint(session.config, device))
         if blocking:
             state.lines.append(f"error: baseline {path} was recorded on another GPU ({'; '.join(blocking)}): not"
                                " compared. Record one for this GPU with --attn-save-baseline")

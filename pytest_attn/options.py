@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from .case import DIRECTIONS, DTYPES
 from .catalog import PROFILES
+from .clocks import LockRequest, parse_lock
 from .stopping import TIMER_KINDS, StopRule
 
 # Per-case sampling time cap by profile (seconds); --attn-max-time overrides it.
@@ -106,6 +107,13 @@ def fraction(what: str) -> Callable[[str], float]:
     return convert
 
 
+def lock_clocks(text: str) -> LockRequest:
+    try:
+        return parse_lock(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def head_dims(text: str) -> tuple[int, ...]:
     """Comma-separated positive head dims, e.g. ``64,128``."""
     try:
@@ -133,6 +141,8 @@ class AttnOptions:
     max_time_s: float | None = None
     min_samples: int = 10
     verify: bool = True
+    drop_throttled: bool = False
+    verify_timing: bool = False
 
     def resolve_backends(self, known: list[str], defaults: list[str]) -> tuple[str, ...]:
         """Expand 'default'/'all' and check every name; ValueError lists the valid names."""

@@ -42,6 +42,7 @@ class AttnSession:
         self.extra_infos: dict[str, dict[str, Any]] = {}  # by case id: the benchmark's extra_info
         self.skips: list[str] = []
         self.fuzzer: Fuzzer | None = None
+        self.clock_lock = "not locked"
         self._device: DeviceInfo | None = None
 
     @cached_property
@@ -72,6 +73,9 @@ class AttnSession:
             warmup=WarmupRule(max_time_s=2.0 if self.profile == "cpu" else 10.0),
             verify=self.options.verify,
             peak_tflops=self.options.peak_tflops,
+            drop_throttled=self.options.drop_throttled,
+            verify_timing=self.options.verify_timing,
+            clock_lock=self.clock_lock,
         )
 
     def backends_for(self, kind: str) -> list[str]:
@@ -101,6 +105,7 @@ pytest_plugins = ["pytest_attn.gating"]  # baselines, the regression gate, repor
 
 ATTN_SESSION = pytest.StashKey[AttnSession]()
 FUZZ_HEAD_DIMS = pytest.StashKey["tuple[int, ...] | None"]()
+CLOCK_LOCKER = pytest.StashKey[Any]()
 
 
 def attn_session(config: pytest.Config) -> AttnSession:
@@ -151,6 +156,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="cap on sampling time per case (default by profile: smoke 2, default 3, full 5, cpu 0.5)")
     group.addoption("--attn-min-samples", type=opt.min_samples, default=10, metavar="N",
                     help="samples to take at least (default 10)")
+    group.addoption("--attn-lock-clocks", type=opt.lock_clocks, default="off", metavar="off|base|max|MHZ[:require]",
+                    help="lock the SM clock for the session through NVML (needs root) and restore it at the end;"
+                         " :require stops at start-up if it cannot, :try (default) warns and records 'not locked'")
+    group.addoption("--attn-verify-timing", action="store_true", default=False,
+                    help="one extra profiled run per case: flag it when the profiler's kernel time and the reported"
+                         " median differ by more than 5%%")
+    group.addoption("--attn-drop-throttled", action="store_true", default=False,
+                    help="drop samples taken under 75%% of the nominal SM clock (nvbench's rule); count reported")
     group.addoption("--attn-inject-slowdown", type=opt.fraction("--attn-inject-slowdown"), default=None,
                     metavar="PCT", help="make every back end this much slower on purpose (a GPU busy-wait after each"
                                         " call): shows that the regression gate turns red")
@@ -183,6 +196,8 @@ def pytest_configure(config: pytest.Config) -> None:
         max_time_s=config.getoption("attn_max_time"),
         min_samples=config.getoption("attn_min_samples"),
         verify=not config.getoption("attn_no_verify"),
+        drop_throttled=config.getoption("attn_drop_throttled"),
+        verify_timing=config.getoption("attn_verify_timing"),
     )
     registry = builtin_registry()
     slowdown = config.getoption("attn_inject_slowdown")
@@ -194,13 +209,43 @@ def pytest_configure(config: pytest.Config) -> None:
         backends = options.resolve_backends(registry.names(), registry.default_names())
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
-    config.stash[ATTN_SESSION] = AttnSession(options, registry, backends)
+    session = AttnSession(options, registry, backends)
+    config.stash[ATTN_SESSION] = session
+    _lock_clocks(config, session)
     config.stash[FUZZ_HEAD_DIMS] = config.getoption("attn_fuzz_head_dims")
     if config.getoption("hypothesis_profile", None) is None:  # Hypothesis' own option wins
         import torch
         from hypothesis import settings
 
         settings.load_profile(fuzz_settings.default_profile(torch.cuda.is_available()))
+
+
+def _lock_clocks(config: pytest.Config, session: AttnSession) -> None:
+    from . import clocks
+
+    request = config.getoption("attn_lock_clocks")
+    if isinstance(request, str):  # the default, unparsed
+        request = clocks.parse_lock(request)
+    if request.off:
+        return
+
+    def warn(message: str) -> None:
+        config.issue_config_time_warning(pytest.PytestWarning(message), stacklevel=2)
+
+    locker = clocks.ClockLocker(clocks.CONTROL_FACTORY(), request, warn)
+    try:
+        session.clock_lock = locker.acquire()
+    except clocks.ClockLockError as exc:
+        raise pytest.UsageError(f"--attn-lock-clocks={config.getoption('attn_lock_clocks').target}:require: {exc}")\
+            from None
+    config.stash[CLOCK_LOCKER] = locker
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Restore locked clocks whatever ended the session (pytest unconfigures after failures and Ctrl-C)."""
+    locker = config.stash.get(CLOCK_LOCKER, None)
+    if locker is not None:
+        locker.release()
 
 
 def fuzz_opted_in(config: pytest.Config) -> bool:
@@ -360,4 +405,4 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
         if session.device.is_cuda:
             from .fingerprint import fingerprint_of
 
-            machine_info["attn_fingerprint"] = fingerprint_of(session.device).as_dict()
+            machine_info["attn_fingerprint"] = fingerprint_of(session.device, session.clock_lock).as_dict()

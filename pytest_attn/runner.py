@@ -15,6 +15,7 @@ from .backends.base import Unsupported
 from .dispatch import KernelCall, profile_kernels
 from .metrics import Figures, figures
 from .reference import RowCheck, check_rows
+from .selfcheck import TimingCheck
 from .stopping import (
     StopRule,
     WarmupRule,
@@ -24,6 +25,7 @@ from .stopping import (
     median,
     relative_precision,
 )
+from .throttle import ThrottleReport, assess
 from .timing import (
     CpuTimer,
     CudaEventTimer,
@@ -59,6 +61,9 @@ class RunSettings:
     verify: bool = True
     peak_tflops: float | None = None
     memory_headroom: float = 0.9  # use at most this fraction of free memory
+    drop_throttled: bool = False  # drop samples under 75 % of the nominal SM clock (nvbench's rule)
+    verify_timing: bool = False  # one extra profiled run: kernel time vs the reported median
+    clock_lock: str = "not locked"  # the achieved clock-lock state, recorded with every result
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,9 @@ class CaseResult:
     kernels: list[KernelCall] = field(default_factory=list)  # what one call launched (profiled untimed)
     expression: str = ""  # how the back end expressed the mask
     prepare_s: float = 0.0  # inputs, plan/compile, check, warm-up, graph capture: before any sample
+    throttle: ThrottleReport | None = None
+    clock_lock: str = "not locked"
+    timing_check: TimingCheck | None = None  # --attn-verify-timing
 
     @property
     def median_s(self) -> float:
@@ -118,6 +126,11 @@ class CaseResult:
             "sm_clock_min_mhz": min(self.sm_clocks_mhz) if self.sm_clocks_mhz else None,
             "sm_clock_max_mhz": max(self.sm_clocks_mhz) if self.sm_clocks_mhz else None,
         }
+        info["clock_lock"] = self.clock_lock
+        if self.throttle is not None:
+            info.update(self.throttle.as_extra_info())
+        if self.timing_check is not None:
+            info.update(self.timing_check.as_extra_info())
         if self.expression:
             info["mask_expression"] = self.expression
         if self.kernels:
@@ -368,29 +381,42 @@ def _measure(
         return profile_kernels(setup.steps[0])
     prepared = _build_timer(case, backend, device, settings, free, setup)
     prepare_s = time.perf_counter() - started
-    sampling = sample_until(prepared.timer, settings.stop, read_sm_clock=device.nvml.sm_clock_mhz)
+    sampling = sample_until(prepared.timer, settings.stop, read_sm_clock=device.nvml.sm_clock_mhz,
+                            read_reasons=device.nvml.clocks_event_reasons)
+    keep, throttle = assess(sampling.sample_reasons, sampling.sample_clocks, device.max_sm_clock_mhz,
+                            drop=settings.drop_throttled)
+    samples = [sampling.samples_s[i] for i in keep]
+    clocks = [c for i in keep if (c := sampling.sample_clocks[i])]
+    timing_check = None
+    if settings.verify_timing and device.is_cuda:
+        from .selfcheck import TimingCheck, profiled_kernel_time
+
+        timing_check = TimingCheck(median(samples), profiled_kernel_time(prepared.timer, setup.flush))
     work = flops.work(case)
-    clock = median(sampling.sm_clocks_mhz) if sampling.sm_clocks_mhz else None
-    figs = figures(work, median(sampling.samples_s), device.peak(case.dtype, settings.peak_tflops), clock)
+    clock = median(clocks) if clocks else None
+    figs = figures(work, median(samples), device.peak(case.dtype, settings.peak_tflops), clock)
     return CaseResult(
         case=case,
         work=work,
         figures=figs,
-        samples_s=sampling.samples_s,
-        precision=relative_precision(sampling.samples_s),
+        samples_s=samples,
+        precision=relative_precision(samples),
         stop_reason=sampling.stop_reason,
         timer=prepared.kind,
         timer_note=prepared.note,
         calls_per_sample=prepared.timer.calls_per_sample,
         input_sets=prepared.input_sets,
         warmup=prepared.warmup,
-        sm_clocks_mhz=sampling.sm_clocks_mhz,
+        sm_clocks_mhz=clocks,
         check=prepared.check,
         elapsed_s=time.perf_counter() - started,
         replay_s=list(getattr(prepared.timer, "replay_s", [])),
         kernels=_kernels(setup.steps[0], device),
         expression=_expression(backend, case),
         prepare_s=prepare_s,
+        throttle=throttle,
+        clock_lock=settings.clock_lock,
+        timing_check=timing_check,
     )
 
 

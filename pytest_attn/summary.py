@@ -95,6 +95,11 @@ def render(results: Sequence[CaseResult], device: DeviceInfo | None, skips: Iter
                 notes.append(f"{r.case.id}: {r.timer_note}")
             if not r.warmup.settled:
                 notes.append(f"{r.case.id}: warm-up did not settle within its time cap")
+            if r.timing_check is not None and not r.timing_check.ok:
+                notes.append(f"{r.case.id}: timing self-check: {r.timing_check.describe()}")
+            if r.throttle is not None and (r.throttle.mostly_throttled or r.throttle.dropped):
+                flag = "mostly measured while throttled: " if r.throttle.mostly_throttled else ""
+                notes.append(f"{r.case.id}: {flag}{r.throttle.describe()}")
             if r.stop_reason != "precision":
                 notes.append(f"{r.case.id}: stopped at the {r.stop_reason} at ±{fmt_pct(r.precision)}")
     slow = slow_path_lines(results, relative)

@@ -210,6 +210,8 @@ class Sampling:
     stop_reason: str
     elapsed_s: float
     sm_clocks_mhz: list[int] = field(default_factory=list)
+    sample_clocks: list[int | None] = field(default_factory=list)  # one per sample
+    sample_reasons: list[int | None] = field(default_factory=list)  # NVML clocks-event reasons, one per sample
 
 
 def sample_until(
@@ -217,21 +219,29 @@ def sample_until(
     rule: StopRule,
     clock: Clock = time.perf_counter,
     read_sm_clock: Callable[[], int | None] = lambda: None,
+    read_reasons: Callable[[], int | None] = lambda: None,
 ) -> Sampling:
-    """Take samples until the median is known to the rule's precision or a cap is reached,
-    reading the SM clock after each sample (outside the timed region)."""
+    """Take samples until the median is known to the rule's precision or a cap is reached, reading
+    NVML's clocks-event reasons before and after each sample and the SM clock after it (outside the
+    timed region)."""
     t0 = clock()
     samples: list[float] = []
     clocks: list[int] = []
+    per_clock: list[int | None] = []
+    per_reason: list[int | None] = []
     while True:
+        before = read_reasons()
         samples.append(timer.sample())
+        after = read_reasons()
+        per_reason.append(None if before is None and after is None else (before or 0) | (after or 0))
         mhz = read_sm_clock()
+        per_clock.append(mhz or None)
         if mhz:
             clocks.append(mhz)
         elapsed = clock() - t0
         reason = stop_reason(samples, elapsed, rule)
         if reason:
-            return Sampling(samples, reason, elapsed, clocks)
+            return Sampling(samples, reason, elapsed, clocks, per_clock, per_reason)
 
 
 # ---- hand-over to pytest-benchmark ---------------------------------------------------------

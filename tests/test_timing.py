@@ -18,6 +18,17 @@ def test_sample_until_stops_at_precision(fake_timer, fake_clock):
     assert len(result.sm_clocks_mhz) == 10 and 1965 in result.sm_clocks_mhz
 
 
+def test_sample_until_reads_throttle_reasons_around_each_sample(fake_timer, fake_clock):
+    timer = fake_timer([1e-3], fake_clock)
+    reasons = iter([0x0, 0x4, 0x0, 0x0] + [0x0] * 40)  # power cap seen after the first sample only
+    clocks = iter([None] + [1980] * 20)
+    result = timing.sample_until(timer, StopRule(min_samples=10, max_time_s=100), fake_clock,
+                                 read_sm_clock=lambda: next(clocks), read_reasons=lambda: next(reasons))
+    assert result.sample_reasons[:2] == [0x4, 0x0] and len(result.sample_reasons) == len(result.samples_s)
+    assert result.sample_clocks[0] is None and len(result.sample_clocks) == len(result.samples_s)
+    assert len(result.sm_clocks_mhz) == len(result.samples_s) - 1
+
+
 def test_sample_until_stops_at_time_cap_and_reports(fake_timer, fake_clock):
     timer = fake_timer([1.0, 2.0, 0.5, 1.7], fake_clock)  # noisy; each sample advances the clock
     result = timing.sample_until(timer, StopRule(min_samples=10, max_time_s=6.0), fake_clock)
