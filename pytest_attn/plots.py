@@ -61,11 +61,16 @@ def _throughput(plt: Any, folder: Path, by_backend: dict[str, list[tuple[int, fl
 
 
 def _roofline(plt: Any, folder: Path, points: list[dict[str, Any]]) -> list[str]:
-    peaks = [(p["peak_tflops"], p["ridge_intensity"]) for p in points
-             if isinstance(p.get("peak_tflops"), (int, float)) and isinstance(p.get("ridge_intensity"), (int, float))]
+    measured = [(p["ceiling_matmul_tflops"], p["ceiling_matmul_tflops"] / p["ceiling_copy_tbps"]) for p in points
+                if isinstance(p.get("ceiling_matmul_tflops"), (int, float))
+                and isinstance(p.get("ceiling_copy_tbps"), (int, float))]
+    peaks = measured or [(p["peak_tflops"], p["ridge_intensity"]) for p in points
+                         if isinstance(p.get("peak_tflops"), (int, float))
+                         and isinstance(p.get("ridge_intensity"), (int, float))]
     if not peaks:
         return ["roofline skipped: the GPU's peak is not known (pass --attn-peak-tflops)"]
     peak, ridge = peaks[0]
+    which = "measured ceilings" if measured else "datasheet ceilings"
     fig, ax = plt.subplots(figsize=(8, 5))
     ax.set_prop_cycle(color=plt.cm.tab20.colors)
     xs = [p["arithmetic_intensity"] for p in points]
@@ -79,7 +84,7 @@ def _roofline(plt: Any, folder: Path, points: list[dict[str, Any]]) -> list[str]
     ax.set_yscale("log")
     ax.set_xlabel("FLOPs per minimal byte")
     ax.set_ylabel("TFLOP/s")
-    ax.set_title("Roofline (datasheet ceilings)")
+    ax.set_title(f"Roofline ({which})")
     ax.grid(True, alpha=0.3, which="both")
     ax.legend(fontsize=7)
     fig.tight_layout()

@@ -7,6 +7,7 @@ device is probed when a test first needs it, or when pytest-benchmark asks for `
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ from . import options as opt
 from .backends import Registry, builtin_registry
 from .case import AttnCase
 from .catalog import profile_variants
+from .ceilings import CeilingCache, fractions
 from .dispatch import KernelCall, check_kernels
 from .relative import relative_to_fastest
 from .runner import CaseFailed, CaseResult, CaseSkipped, RunSettings, case_kernels, run_case
@@ -43,6 +45,8 @@ class AttnSession:
         self.skips: list[str] = []
         self.fuzzer: Fuzzer | None = None
         self.clock_lock = "not locked"
+        self.ceilings = CeilingCache()
+        self.notes: list[str] = []  # session-level lines for the summary (HBM traffic, ...)
         self._device: DeviceInfo | None = None
 
     @cached_property
@@ -162,6 +166,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--attn-verify-timing", action="store_true", default=False,
                     help="one extra profiled run per case: flag it when the profiler's kernel time and the reported"
                          " median differ by more than 5%%")
+    group.addoption("--attn-hbm", default=None, metavar="REGEX",
+                    help="re-run the cases whose id matches REGEX under Nsight Compute (ncu) and report HBM bytes read"
+                         " and written against the minimal bytes (IO amplification)")
     group.addoption("--attn-drop-throttled", action="store_true", default=False,
                     help="drop samples taken under 75%% of the nominal SM clock (nvbench's rule); count reported")
     group.addoption("--attn-inject-slowdown", type=opt.fraction("--attn-inject-slowdown"), default=None,
@@ -311,6 +318,11 @@ def attn_bench(
             return None
         feed_benchmark(benchmark, result.samples_s)
         benchmark.extra_info.update(result.extra_info())
+        hbm = request.config.getoption("attn_hbm")
+        if hbm and attn_device.is_cuda and re.search(hbm, case.id):
+            _measure_hbm(session, benchmark, result)
+        ceilings = session.ceilings.get(attn_device, case.dtype)
+        benchmark.extra_info.update(fractions(result.figures.tflops, result.figures.tbps, case.dtype, ceilings))
         session.extra_infos[case.id] = benchmark.extra_info
         recorded = benchmark.stats.stats.median
         if abs(recorded - result.median_s) > 1e-6 * result.median_s:
@@ -330,6 +342,24 @@ def attn_bench(
         return result
 
     return run
+
+
+def _measure_hbm(session: AttnSession, benchmark: Any, result: CaseResult) -> None:
+    from .fuzz import case_from_json, case_json
+    from .hbm import measure
+
+    try:
+        text = case_json(result.case, 0)
+        case_from_json(text)  # the subprocess must be able to rebuild the case (its mask from its id)
+        traffic = measure(text, result.work.min_bytes)
+    except ValueError as exc:  # a mask that cannot be named for the subprocess
+        traffic = f"cannot hand the case to ncu: {exc}"
+    if isinstance(traffic, str):
+        benchmark.extra_info["hbm_skipped"] = traffic
+        session.notes.append(f"{result.case.id}: HBM not measured: {traffic}")
+    else:
+        benchmark.extra_info.update(traffic.as_extra_info())
+        session.notes.append(f"{result.case.id}: {traffic.describe()}")
 
 
 @pytest.fixture(scope="session")
@@ -391,6 +421,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     terminalreporter.write_sep("=", "pytest-attn summary")
     lines = render(session.results, session.device_if_probed, session.skips)
     lines.insert(0, f"profile: {session.profile}; back ends: {', '.join(session.backends)}")
+    lines[1:1] = session.ceilings.lines()
+    lines.extend(f"note: {n}" for n in session.notes)
     for line in lines:
         terminalreporter.write_line(line)
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from .case import DIRECTIONS, DTYPES, AttnCase, Mask
-from .masks import prefix_lm, random_block_sparse
+from .masks import all_true, causal, document, prefix_lm, random_block_sparse
 
 INTERESTING_LENGTHS: tuple[int, ...] = (1, 2, 3, 5, 7, 13, 17, 31, 63, 64, 65, 127, 128, 129)
 LONG_LENGTHS: tuple[int, ...] = (255, 256, 257, 509, 1021)
@@ -111,8 +111,14 @@ def mask_from_id(mask_id: str) -> Mask:
         return random_block_sparse(int(m[1]), int(m[2]) / 100, int(m[3]))
     if m := re.fullmatch(r"prefixlm(\d+)", mask_id):
         return prefix_lm(int(m[1]))
-    raise ValueError(f"mask id {mask_id!r} is not one a fuzz case can name (full, causal, winL-R, blocksparseB-dP-sS,"
-                     " prefixlmP)")
+    if mask_id == "all-true":
+        return all_true()
+    if mask_id == "causal-topleft":
+        return causal("top-left")
+    if m := re.fullmatch(r"(doc|doccausal)(\d+(?:-\d+)*)", mask_id):
+        return document(tuple(int(x) for x in m[2].split("-")), causal=m[1] == "doccausal")
+    raise ValueError(f"mask id {mask_id!r} cannot be rebuilt from its id (full, causal, winL-R, blocksparseB-dP-sS,"
+                     " prefixlmP, all-true, causal-topleft, docA-B-...)")
 
 
 def masks(*, kinds: Sequence[str] = MASK_KINDS, max_window: int = 130) -> st.SearchStrategy[Mask]:

@@ -183,3 +183,17 @@ def test_timing_self_check():
     assert not launch_bound.ok and "DIFFERS" in launch_bound.describe()
     assert TimingCheck(1e-3, 0.0).ratio == float("inf")  # a graph that captured no kernel
     assert launch_bound.as_extra_info()["verify_ok"] is False
+
+
+def test_ceiling_fractions():
+    from pytest_attn.ceilings import CeilingCache, Ceilings, fractions
+    from pytest_attn.device import DeviceInfo
+
+    c = Ceilings({"bf16": 750.0}, 4.0)
+    assert fractions(600.0, 1.0, "bf16", c) == {"ceiling_matmul_tflops": 750.0, "fraction_of_matmul": 0.8,
+                                                "ceiling_copy_tbps": 4.0, "fraction_of_copy": 0.25}
+    assert fractions(600.0, 1.0, "fp16", c)["fraction_of_matmul"] is None  # not measured for fp16
+    assert fractions(1.0, 1.0, "bf16", None)["fraction_of_copy"] is None
+    assert c.describe() == "measured ceilings: bf16 matmul 750.0 TFLOP/s, copy 4.00 TB/s"
+    cpu = DeviceInfo(kind="cpu", name="cpu", torch_version="x")
+    assert CeilingCache().get(cpu, "bf16") is None  # nothing measured without a GPU

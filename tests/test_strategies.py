@@ -93,7 +93,9 @@ def test_mask_ids_round_trip():
         assert mask_from_id(m.id) == m
     assert mask_from_id("blocksparse4-d25-s3").id == "blocksparse4-d25-s3"
     assert mask_from_id("prefixlm5").id == "prefixlm5"
-    with pytest.raises(ValueError, match="mask id 'doc3x' is not one a fuzz case can name"):
+    for name in ("all-true", "causal-topleft", "doc2-3", "doccausal4-4"):
+        assert mask_from_id(name).id == name
+    with pytest.raises(ValueError, match="mask id 'doc3x' cannot be rebuilt from its id"):
         mask_from_id("doc3x")
 
 

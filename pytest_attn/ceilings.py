@@ -1,0 +1,95 @@
+"""Measured ceilings: what this GPU actually reaches on a large matrix product (per dtype) and on a
+device-to-device copy, measured once per session and device. Each case reports its fraction of
+them beside its fraction of the datasheet, and the roofline plot uses them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+MATMUL_N = 8192
+COPY_BYTES = 2 << 30
+
+
+@dataclass
+class Ceilings:
+    matmul_tflops: dict[str, float] = field(default_factory=dict)
+    copy_tbps: float | None = None
+
+    def describe(self) -> str:
+        mm = ", ".join(f"{dt} matmul {v:.1f} TFLOP/s" for dt, v in sorted(self.matmul_tflops.items()))
+        copy = f"copy {self.copy_tbps:.2f} TB/s" if self.copy_tbps else "copy not measured"
+        return f"measured ceilings: {mm or 'matmul not measured'}, {copy}"
+
+
+def fractions(tflops: float, tbps: float, dtype: str, ceilings: Ceilings | None) -> dict[str, Any]:
+    """A case's share of the measured ceilings (None where a ceiling is not known). Pure."""
+    mm = ceilings.matmul_tflops.get(dtype) if ceilings else None
+    copy = ceilings.copy_tbps if ceilings else None
+    return {
+        "ceiling_matmul_tflops": mm,
+        "fraction_of_matmul": tflops / mm if mm else None,
+        "ceiling_copy_tbps": copy,
+        "fraction_of_copy": tbps / copy if copy else None,
+    }
+
+
+def _events_time(fn: Any, reps: int) -> float:
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3
+
+
+def measure_matmul(dtype: str, device: Any, n: int = MATMUL_N, reps: int = 20) -> float:
+    """TFLOP/s of an n x n x n matrix product in ``dtype`` (best of three timed runs). GPU I/O."""
+    import torch
+
+    from .inputs import torch_dtype
+
+    a = torch.randn(n, n, device=device, dtype=torch_dtype(dtype))
+    b = torch.randn(n, n, device=device, dtype=torch_dtype(dtype))
+    best = min(_events_time(lambda: a @ b, reps) for _ in range(3))
+    return 2 * n**3 * reps / best / 1e12
+
+
+def measure_copy(device: Any, nbytes: int = COPY_BYTES, reps: int = 10) -> float:
+    """TB/s of a device-to-device copy, counting bytes read and written (best of three). GPU I/O."""
+    import torch
+
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    best = min(_events_time(lambda: dst.copy_(src), reps) for _ in range(3))
+    return 2 * nbytes * reps / best / 1e12
+
+
+class CeilingCache:
+    """Ceilings per device, measured on first use (matmul per dtype)."""
+
+    def __init__(self) -> None:
+        self._by_device: dict[str, Ceilings] = {}
+
+    def lines(self) -> list[str]:
+        return [f"{key.split(':')[0]}: {c.describe()}" for key, c in self._by_device.items()]
+
+    def get(self, device_info: Any, dtype: str) -> Ceilings | None:
+        if not device_info.is_cuda:
+            return None
+        import torch
+
+        key = f"{device_info.name}:{device_info.index or 0}"
+        ceilings = self._by_device.setdefault(key, Ceilings())
+        dev = torch.device("cuda", device_info.index or 0)
+        if dtype in ("fp16", "bf16") and dtype not in ceilings.matmul_tflops:
+            ceilings.matmul_tflops[dtype] = measure_matmul(dtype, dev)
+        if ceilings.copy_tbps is None:
+            ceilings.copy_tbps = measure_copy(dev)
+        torch.cuda.empty_cache()
+        return ceilings
