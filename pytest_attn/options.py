@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .case import DIRECTIONS, DTYPES
-from .catalog import PROFILES
+from .catalog import PROFILES, Variant
 from .clocks import LockRequest, parse_lock
 from .stopping import TIMER_KINDS, StopRule
 
@@ -107,6 +107,15 @@ def fraction(what: str) -> Callable[[str], float]:
     return convert
 
 
+def adhoc_case(text: str) -> Variant:
+    from .adhoc import AdhocError, parse_case
+
+    try:
+        return parse_case(text)
+    except AdhocError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def lock_clocks(text: str) -> LockRequest:
     try:
         return parse_lock(text)
@@ -143,6 +152,8 @@ class AttnOptions:
     verify: bool = True
     drop_throttled: bool = False
     verify_timing: bool = False
+    adhoc: tuple[Variant, ...] = ()
+    trace_dir: str | None = None
 
     def resolve_backends(self, known: list[str], defaults: list[str]) -> tuple[str, ...]:
         """Expand 'default'/'all' and check every name; ValueError lists the valid names."""

@@ -10,13 +10,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from . import fuzz_settings
 from . import options as opt
-from .backends import Registry, builtin_registry
+from .backends import Registry, RegistryError, builtin_registry
 from .case import AttnCase
 from .catalog import profile_variants
 from .ceilings import CeilingCache, fractions
@@ -79,6 +80,7 @@ class AttnSession:
             peak_tflops=self.options.peak_tflops,
             drop_throttled=self.options.drop_throttled,
             verify_timing=self.options.verify_timing,
+            trace_dir=Path(self.options.trace_dir) if self.options.trace_dir else None,
             clock_lock=self.clock_lock,
         )
 
@@ -96,7 +98,9 @@ class AttnSession:
         """The profile's cases of one kind ("prefill", "decode", "varlen", "masks" or "all") for the
         selected back ends, dtypes and directions, back ends innermost so one problem's results sit
         together."""
-        variants = profile_variants(self.profile, kind)
+        only_adhoc = self.options.adhoc and self.options.profile == "auto"
+        variants = [] if only_adhoc else profile_variants(self.profile, kind)
+        variants += [v for v in self.options.adhoc if v.shape.kind == kind or kind == "all"]
         if self.options.dtypes:
             variants = [v for v in variants if v.dtype in self.options.dtypes]
         if self.options.directions:
@@ -138,6 +142,12 @@ def fuzz_targets(config: pytest.Config) -> list[tuple[str, str]]:
 
 
 # ---- options ---------------------------------------------------------------------------------
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from . import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("attn", "pytest-attn: GPU attention benchmarks")
     group.addoption("--attn-profile", type=opt.profile, default="auto", metavar="NAME",
@@ -160,6 +170,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="cap on sampling time per case (default by profile: smoke 2, default 3, full 5, cpu 0.5)")
     group.addoption("--attn-min-samples", type=opt.min_samples, default=10, metavar="N",
                     help="samples to take at least (default 10)")
+    group.addoption("--attn-case", type=opt.adhoc_case, action="append", default=[], metavar="SPEC",
+                    help="an ad-hoc problem, e.g. \"batch=4,seqlen=2048,heads=16,head_dim=128,causal,dtype=bf16\""
+                         " (repeatable); without --attn-profile only these run, with it they run beside the catalog")
+    group.addoption("--attn-speedup-vs", default="sdpa-math", metavar="BACKEND",
+                    help="the back end every result's speedup is measured against on the same problem (default:"
+                         " sdpa-math, the naive one)")
+    group.addoption("--attn-trace-dir", default=None, metavar="DIR",
+                    help="write one PyTorch-profiler Chrome trace per case (3 calls, after sampling) into DIR")
     group.addoption("--attn-lock-clocks", type=opt.lock_clocks, default="off", metavar="off|base|max|MHZ[:require]",
                     help="lock the SM clock for the session through NVML (needs root) and restore it at the end;"
                          " :require stops at start-up if it cannot, :try (default) warns and records 'not locked'")
@@ -205,8 +223,17 @@ def pytest_configure(config: pytest.Config) -> None:
         verify=not config.getoption("attn_no_verify"),
         drop_throttled=config.getoption("attn_drop_throttled"),
         verify_timing=config.getoption("attn_verify_timing"),
+        adhoc=tuple(config.getoption("attn_case")),
+        trace_dir=config.getoption("attn_trace_dir"),
     )
     registry = builtin_registry()
+    try:
+        from .registration import register_entry_points
+
+        register_entry_points(registry)
+        config.hook.pytest_attn_register_backends(registry=registry, config=config)
+    except RegistryError as exc:
+        raise pytest.UsageError(f"registering back ends: {exc}") from None
     slowdown = config.getoption("attn_inject_slowdown")
     if slowdown:
         from .backends.slowed import SlowedBackend
@@ -216,6 +243,10 @@ def pytest_configure(config: pytest.Config) -> None:
         backends = options.resolve_backends(registry.names(), registry.default_names())
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
+    reference = config.getoption("attn_speedup_vs")
+    if reference not in registry.names():
+        known = ", ".join(registry.names())
+        raise pytest.UsageError(f"--attn-speedup-vs={reference!r} is not a back end; known: {known}")
     session = AttnSession(options, registry, backends)
     config.stash[ATTN_SESSION] = session
     _lock_clocks(config, session)
@@ -308,7 +339,8 @@ def attn_bench(
         backend = session.registry.get(case.backend)
         measure = not benchmark.disabled
         try:
-            result = run_case(case, backend, attn_device, session.settings, measure=measure)
+            result = run_case(case, backend, attn_device, session.settings, measure=measure,
+                              label=request.node.nodeid)
         except CaseSkipped as exc:
             session.skips.append(str(exc))
             pytest.skip(str(exc))
@@ -399,7 +431,7 @@ def pytest_sessionfinish(session: pytest.Session) -> Any:
     extra_info, known only once the whole group has run."""
     attn = session.config.stash.get(ATTN_SESSION, None)
     if attn is not None:
-        for case_id, rel in relative_to_fastest(attn.results).items():
+        for case_id, rel in relative_to_fastest(attn.results, session.config.getoption("attn_speedup_vs")).items():
             info = attn.extra_infos.get(case_id)
             if info is not None:
                 info.update(rel.as_extra_info())
@@ -419,7 +451,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if session is None or not (session.results or session.skips):
         return
     terminalreporter.write_sep("=", "pytest-attn summary")
-    lines = render(session.results, session.device_if_probed, session.skips)
+    lines = render(session.results, session.device_if_probed, session.skips, config.getoption("attn_speedup_vs"))
     lines.insert(0, f"profile: {session.profile}; back ends: {', '.join(session.backends)}")
     lines[1:1] = session.ceilings.lines()
     lines.extend(f"note: {n}" for n in session.notes)

@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 DATA_FORMS = ("custom_mask", "packed_custom_mask", "attn_mask", "block-sparse", "block mask")
 
 
+DEFAULT_REFERENCE = "sdpa-math"
+
+
 def is_data_form(expression: str) -> bool:
     return expression.startswith(DATA_FORMS)
 
@@ -33,23 +36,29 @@ class Relative:
     fastest: str
     fastest_expression: str
     peers: int  # results in the group
+    speedup: float | None = None  # the reference back end's median / this one's (None: it did not run)
+    reference: str = DEFAULT_REFERENCE
 
     def as_extra_info(self) -> dict[str, object]:
         return {"slowdown_vs_fastest": self.slowdown, "fastest_backend": self.fastest,
-                "fastest_expression": self.fastest_expression, "group_results": self.peers}
+                "fastest_expression": self.fastest_expression, "group_results": self.peers,
+                "speedup": self.speedup, "speedup_vs": self.reference}
 
 
-def relative_to_fastest(results: Sequence[CaseResult]) -> dict[str, Relative]:
-    """By case id: each result against the fastest result of its group."""
+def relative_to_fastest(results: Sequence[CaseResult], reference: str = DEFAULT_REFERENCE) -> dict[str, Relative]:
+    """By case id: each result against the fastest result of its group, and its speedup over the
+    ``reference`` back end on the same problem (the naive math one by default) where that ran."""
     groups: dict[str, list[CaseResult]] = {}
     for r in results:
         groups.setdefault(r.case.group, []).append(r)
     out: dict[str, Relative] = {}
     for group, members in groups.items():
         best = min(members, key=lambda r: r.median_s)
+        ref = next((r for r in members if r.case.backend == reference), None)
         for r in members:
+            speedup = ref.median_s / r.median_s if ref is not None else None
             out[r.case.id] = Relative(group, r.case.backend, r.median_s / best.median_s, best.case.backend,
-                                      best.expression, len(members))
+                                      best.expression, len(members), speedup, reference)
     return out
 
 

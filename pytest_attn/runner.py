@@ -8,12 +8,14 @@ import gc
 import time
 import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import flops
 from .backends.base import Unsupported
 from .dispatch import KernelCall, profile_kernels
 from .metrics import Figures, figures
+from .profiling import nvtx_range, peak_memory_bytes, write_trace
 from .reference import RowCheck, check_rows
 from .selfcheck import TimingCheck
 from .stopping import (
@@ -63,6 +65,7 @@ class RunSettings:
     memory_headroom: float = 0.9  # use at most this fraction of free memory
     drop_throttled: bool = False  # drop samples under 75 % of the nominal SM clock (nvbench's rule)
     verify_timing: bool = False  # one extra profiled run: kernel time vs the reported median
+    trace_dir: Path | None = None  # one Chrome trace per case here
     clock_lock: str = "not locked"  # the achieved clock-lock state, recorded with every result
 
 
@@ -89,6 +92,7 @@ class CaseResult:
     throttle: ThrottleReport | None = None
     clock_lock: str = "not locked"
     timing_check: TimingCheck | None = None  # --attn-verify-timing
+    peak_memory_bytes: int | None = None  # one call's allocation beyond its inputs (GPU only)
 
     @property
     def median_s(self) -> float:
@@ -127,6 +131,7 @@ class CaseResult:
             "sm_clock_max_mhz": max(self.sm_clocks_mhz) if self.sm_clocks_mhz else None,
         }
         info["clock_lock"] = self.clock_lock
+        info["peak_memory_bytes"] = self.peak_memory_bytes
         if self.throttle is not None:
             info.update(self.throttle.as_extra_info())
         if self.timing_check is not None:
@@ -196,11 +201,13 @@ MODES = ("measure", "once", "kernels")
 
 
 def run_case(
-    case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings, *, measure: bool = True
+    case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings, *, measure: bool = True,
+    label: str = "",
 ) -> CaseResult | None:
-    """Measure one case (with ``measure=False``: check it and run it once, time nothing).
-    Raises CaseSkipped or CaseFailed, with memory released."""
-    out = _run(case, backend, device, settings, "measure" if measure else "once")
+    """Measure one case (with ``measure=False``: check it and run it once, time nothing). ``label``
+    (the test id) names its NVTX ranges and trace. Raises CaseSkipped or CaseFailed, with memory
+    released."""
+    out = _run(case, backend, device, settings, "measure" if measure else "once", label or case.id)
     assert out is None or isinstance(out, CaseResult)
     return out
 
@@ -208,13 +215,13 @@ def run_case(
 def case_kernels(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings) -> list[KernelCall]:
     """Check the case and return the GPU kernels one warm call launches (nothing timed).
     Raises CaseSkipped or CaseFailed like :func:`run_case`."""
-    out = _run(case, backend, device, settings, "kernels")
+    out = _run(case, backend, device, settings, "kernels", case.id)
     assert isinstance(out, list)
     return out
 
 
 def _run(
-    case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings, mode: str
+    case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings, mode: str, label: str
 ) -> CaseResult | list[KernelCall] | None:
     free = None
     if device.is_cuda:
@@ -227,7 +234,7 @@ def _run(
     skipped: str | None = None
     failed: str | None = None
     try:
-        return _measure(case, backend, device, settings, free, mode)
+        return _measure(case, backend, device, settings, free, mode, label)
     except (CaseSkipped, Unsupported) as exc:
         skipped = str(exc)
     except CaseFailed as exc:
@@ -367,7 +374,8 @@ def _kernels(step: Any, device: DeviceInfo) -> list[KernelCall]:
 
 
 def _measure(
-    case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings, free: int | None, mode: str
+    case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings, free: int | None, mode: str,
+    label: str,
 ) -> CaseResult | list[KernelCall] | None:
     started = time.perf_counter()
     setup = _setup(case, backend, device, settings)
@@ -379,17 +387,22 @@ def _measure(
             raise CaseSkipped("kernel names need a CUDA device and the PyTorch profiler")
         setup.steps[0]()  # warm: lazy initialisation and autotuning stay out of the profile
         return profile_kernels(setup.steps[0])
-    prepared = _build_timer(case, backend, device, settings, free, setup)
+    with nvtx_range(f"{label} warm-up", device.is_cuda):
+        prepared = _build_timer(case, backend, device, settings, free, setup)
     prepare_s = time.perf_counter() - started
-    sampling = sample_until(prepared.timer, settings.stop, read_sm_clock=device.nvml.sm_clock_mhz,
-                            read_reasons=device.nvml.clocks_event_reasons)
+    with nvtx_range(f"{label} samples", device.is_cuda):
+        sampling = sample_until(prepared.timer, settings.stop, read_sm_clock=device.nvml.sm_clock_mhz,
+                                read_reasons=device.nvml.clocks_event_reasons)
+    peak_memory = peak_memory_bytes(setup.steps[0]) if device.is_cuda else None
+    if settings.trace_dir is not None:
+        write_trace(setup.steps[0], settings.trace_dir / f"{_file_name(label)}.json")
     keep, throttle = assess(sampling.sample_reasons, sampling.sample_clocks, device.max_sm_clock_mhz,
                             drop=settings.drop_throttled)
     samples = [sampling.samples_s[i] for i in keep]
     clocks = [c for i in keep if (c := sampling.sample_clocks[i])]
     timing_check = None
     if settings.verify_timing and device.is_cuda:
-        from .selfcheck import TimingCheck, profiled_kernel_time
+        from .selfcheck import profiled_kernel_time
 
         timing_check = TimingCheck(median(samples), profiled_kernel_time(prepared.timer, setup.flush))
     work = flops.work(case)
@@ -417,7 +430,12 @@ def _measure(
         throttle=throttle,
         clock_lock=settings.clock_lock,
         timing_check=timing_check,
+        peak_memory_bytes=peak_memory,
     )
+
+
+def _file_name(label: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in label)[:200]
 
 
 def _expression(backend: Backend, case: AttnCase) -> str:

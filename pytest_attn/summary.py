@@ -11,8 +11,8 @@ if TYPE_CHECKING:
     from .device import DeviceInfo
     from .runner import CaseResult
 
-COLUMNS = ("backend", "median", "±95%", "vs best", "TFLOP/s", "MFU", "MFU@clk", "SM MHz", "TB/s", "FLOP/B", "bound",
-           "timer")
+COLUMNS = ("backend", "median", "±95%", "vs best", "speedup", "TFLOP/s", "MFU", "MFU@clk", "SM MHz", "TB/s",
+           "FLOP/B", "bound", "peak mem", "timer")
 
 
 def fmt_time(seconds: float) -> str:
@@ -29,11 +29,19 @@ def fmt_pct(value: float | None) -> str:
     return "<0.1%" if 0 < value < 0.001 else f"{value * 100:.1f}%"
 
 
+def fmt_bytes(value: int | None) -> str:
+    if value is None:
+        return "n/a"
+    if value >= 2**30:
+        return f"{value / 2**30:.2f} GiB"
+    return f"{value / 2**20:.1f} MiB"
+
+
 def fmt_num(value: float | None, digits: int = 1) -> str:
     return "n/a" if value is None else f"{value:,.{digits}f}"
 
 
-def row(result: CaseResult, slowdown: float = 1.0) -> tuple[str, ...]:
+def row(result: CaseResult, slowdown: float = 1.0, speedup: float | None = None) -> tuple[str, ...]:
     f = result.figures
     clock = result.sm_clock_mhz
     timer = result.timer + (f" x{result.calls_per_sample}" if result.calls_per_sample > 1 else "")
@@ -42,6 +50,7 @@ def row(result: CaseResult, slowdown: float = 1.0) -> tuple[str, ...]:
         fmt_time(f.median_s),
         fmt_pct(result.precision) if result.precision != float("inf") else "n/a",
         f"{slowdown:.2f}x",
+        "n/a" if speedup is None else f"{speedup:.1f}x",
         fmt_num(f.tflops, 1 if f.tflops >= 1 else 3),
         fmt_pct(f.mfu_datasheet),
         fmt_pct(f.mfu_at_clock),
@@ -49,6 +58,7 @@ def row(result: CaseResult, slowdown: float = 1.0) -> tuple[str, ...]:
         fmt_num(f.tbps, 2 if f.tbps >= 0.01 else 4),
         fmt_num(f.arithmetic_intensity, 0),
         f.bound,
+        fmt_bytes(result.peak_memory_bytes),
         timer,
     )
 
@@ -62,7 +72,8 @@ def _table(rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
     return lines
 
 
-def render(results: Sequence[CaseResult], device: DeviceInfo | None, skips: Iterable[str] = ()) -> list[str]:
+def render(results: Sequence[CaseResult], device: DeviceInfo | None, skips: Iterable[str] = (),
+           reference: str = "sdpa-math") -> list[str]:
     """Lines of the summary: a header, then one block per problem (group)."""
     lines: list[str] = []
     if device is not None:
@@ -72,9 +83,10 @@ def render(results: Sequence[CaseResult], device: DeviceInfo | None, skips: Iter
     if results:
         lines.append(
             "FLOPs: exact-mask convention (2*(d_qk+d_v) per visible query-key pair per head, bwd = 2.5 x fwd);"
-            " MFU vs the datasheet peak, MFU@clk vs the peak at the SM clock seen while sampling"
+            " MFU vs the datasheet peak, MFU@clk vs the peak at the SM clock seen while sampling;"
+            f" speedup = {reference}'s median / this one's (n/a where {reference} did not run)"
         )
-    relative = relative_to_fastest(results)
+    relative = relative_to_fastest(results, reference)
     groups: dict[str, list[CaseResult]] = {}
     for r in results:
         groups.setdefault(r.case.group, []).append(r)
@@ -84,7 +96,8 @@ def render(results: Sequence[CaseResult], device: DeviceInfo | None, skips: Iter
         lines.append("")
         lines.append(f"{group}: {first.case.describe()}, {first.work.flops / 1e9:,.3f} GFLOP per call")
         members = sorted(members, key=lambda r: r.median_s)
-        lines.extend(_table([COLUMNS, *(row(r, relative[r.case.id].slowdown) for r in members)]))
+        lines.extend(_table([COLUMNS, *(row(r, relative[r.case.id].slowdown, relative[r.case.id].speedup)
+                                        for r in members)]))
         how = [f"{r.case.backend}: {r.expression}" for r in members if r.expression]
         if len({r.expression for r in members if r.expression}) > 1:
             lines.append("  mask as: " + "; ".join(how))

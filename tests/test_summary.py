@@ -44,7 +44,7 @@ def test_groups_sit_side_by_side_fastest_first():
 def test_unknown_clock_and_time_cap_are_said():
     text = "\n".join(render([result("sdpa-math", 5e-3, clocks=(), stop="time-cap")], H200))
     row = next(line for line in text.splitlines() if line.strip().startswith("sdpa-math"))
-    assert row.split()[7] == "n/a"  # MFU@clk without a clock reading
+    assert row.split()[8] == "n/a"  # MFU@clk without a clock reading
     assert "stopped at the time-cap" in text
 
 
@@ -56,6 +56,7 @@ def test_each_result_against_the_fastest_expression_of_the_same_mask():
     text = "\n".join(render(results, H200))
     rows = {line.split()[0]: line.split() for line in text.splitlines() if line.startswith("  flash")}
     assert rows["flash-attn"][4] == "1.00x" and rows["flashinfer-custom"][4] == "5.30x"
+    assert rows["flash-attn"][5] == "n/a"  # sdpa-math did not run: no speedup
     assert ("gpt2-small-bf16-causal-fwd: flashinfer-custom (custom_mask (dense bool, 0.001 GB, packed inside each"
             " call)): 5.30x slower than flash-attn (causal=True) for the same mask") in text
     assert "flashinfer-packed (" not in text.split("slow paths")[1]  # 1.2x is under the 1.5x threshold

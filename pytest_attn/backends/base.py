@@ -78,6 +78,10 @@ class Registry:
                 f"{backend!r} is not a pytest-attn back end: it lacks {', '.join(missing)} "
                 "(see pytest_attn.backends.base.Backend)"
             )
+        if not isinstance(backend.name, str) or not backend.name or any(c.isspace() for c in backend.name):
+            raise RegistryError(f"{backend!r}: name={backend.name!r} must be a non-empty string without spaces")
+        if backend.layout not in ("bshd", "bhsd", "thd"):
+            raise RegistryError(f"back end {backend.name!r}: layout={backend.layout!r} is not one of bshd, bhsd, thd")
         if backend.name in self._by_name:
             raise RegistryError(f"back end {backend.name!r} is registered twice")
         self._by_name[backend.name] = backend
