@@ -75,7 +75,7 @@ def test_entry_points_register_objects_classes_and_factories():
     assert "sdpa-math" in reg.names()
     with pytest.raises(RegistryError, match=r"entry point 'd' \(pkg.module:obj\) .* failed to load: ImportError: no"):
         register_entry_points(reg, [FakeEntryPoint("d", ImportError("no"))])
-    with pytest.raises(RegistryError, match="entry point 'e' .*'sdpa-flash' is registered twice"):
+    with pytest.raises(RegistryError, match=r"entry point 'e' .*'sdpa-flash' is registered twice"):
         register_entry_points(reg, [FakeEntryPoint("e", SdpaBackend("flash"))])
 
 
