@@ -75,9 +75,11 @@ class CeilingCache:
 
     def __init__(self) -> None:
         self._by_device: dict[str, Ceilings] = {}
+        self.failed: dict[str, str] = {}  # what could not be measured, and why
 
     def lines(self) -> list[str]:
-        return [f"{key.split(':')[0]}: {c.describe()}" for key, c in self._by_device.items()]
+        out = [f"{key.split(':')[0]}: {c.describe()}" for key, c in self._by_device.items()]
+        return out + [f"ceiling not measured ({what}): {why}" for what, why in self.failed.items()]
 
     def get(self, device_info: Any, dtype: str) -> Ceilings | None:
         if not device_info.is_cuda:
@@ -87,9 +89,13 @@ class CeilingCache:
         key = f"{device_info.name}:{device_info.index or 0}"
         ceilings = self._by_device.setdefault(key, Ceilings())
         dev = torch.device("cuda", device_info.index or 0)
-        if dtype in ("fp16", "bf16") and dtype not in ceilings.matmul_tflops:
-            ceilings.matmul_tflops[dtype] = measure_matmul(dtype, dev)
-        if ceilings.copy_tbps is None:
-            ceilings.copy_tbps = measure_copy(dev)
-        torch.cuda.empty_cache()
+        try:  # a diagnostic: if it cannot be measured (memory, an odd GPU), the case still stands
+            if dtype in ("fp16", "bf16") and dtype not in ceilings.matmul_tflops and dtype not in self.failed:
+                ceilings.matmul_tflops[dtype] = measure_matmul(dtype, dev)
+            if ceilings.copy_tbps is None and "copy" not in self.failed:
+                ceilings.copy_tbps = measure_copy(dev)
+        except Exception as exc:
+            self.failed[dtype if dtype not in ceilings.matmul_tflops else "copy"] = f"{type(exc).__name__}: {exc}"
+        finally:
+            torch.cuda.empty_cache()
         return ceilings

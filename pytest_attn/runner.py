@@ -393,7 +393,7 @@ def _measure(
     with nvtx_range(f"{label} samples", device.is_cuda):
         sampling = sample_until(prepared.timer, settings.stop, read_sm_clock=device.nvml.sm_clock_mhz,
                                 read_reasons=device.nvml.clocks_event_reasons)
-    peak_memory = peak_memory_bytes(setup.steps[0]) if device.is_cuda else None
+    peak_memory = _peak_memory(setup.steps[0]) if device.is_cuda else None
     if settings.trace_dir is not None:
         write_trace(setup.steps[0], settings.trace_dir / f"{_file_name(label)}.json")
     keep, throttle = assess(sampling.sample_reasons, sampling.sample_clocks, device.max_sm_clock_mhz,
@@ -432,6 +432,14 @@ def _measure(
         timing_check=timing_check,
         peak_memory_bytes=peak_memory,
     )
+
+
+def _peak_memory(step: Any) -> int | None:
+    """A diagnostic like the kernel names: its failure leaves the field empty, not the case failed."""
+    try:
+        return peak_memory_bytes(step)
+    except Exception:
+        return None
 
 
 def _file_name(label: str) -> str:
