@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from . import fuzz_settings
 from . import options as opt
 from .backends import Registry, RegistryError, builtin_registry
 from .case import AttnCase
@@ -30,7 +29,6 @@ from .timing import feed_benchmark, replay_clock
 
 if TYPE_CHECKING:
     from .device import DeviceInfo
-    from .fuzz import Fuzzer
     from .peaks import Peak
 
 
@@ -44,7 +42,6 @@ class AttnSession:
         self.results: list[CaseResult] = []
         self.extra_infos: dict[str, dict[str, Any]] = {}  # by case id: the benchmark's extra_info
         self.skips: list[str] = []
-        self.fuzzer: Fuzzer | None = None
         self.clock_lock = "not locked"
         self.ceilings = CeilingCache()
         self.notes: list[str] = []  # session-level lines for the summary (HBM traffic, ...)
@@ -109,11 +106,19 @@ class AttnSession:
         return [v.case(b) for v in variants for b in backends]
 
 
-pytest_plugins = ["pytest_attn.gating"]  # baselines, the regression gate, reports
+# baselines, the regression gate and reports; the fuzz suite's wiring
+pytest_plugins = ["pytest_attn.gating", "pytest_attn.fuzz_plugin"]
 
 ATTN_SESSION = pytest.StashKey[AttnSession]()
-FUZZ_HEAD_DIMS = pytest.StashKey["tuple[int, ...] | None"]()
 CLOCK_LOCKER = pytest.StashKey[Any]()
+
+
+def fuzz_targets(config: pytest.Config) -> list[tuple[str, str]]:
+    """(back end, direction) pairs for a fuzz suite's ``pytest_generate_tests`` (see
+    :mod:`pytest_attn.fuzz_plugin`)."""
+    from .fuzz_plugin import fuzz_targets as targets
+
+    return targets(config)
 
 
 def attn_session(config: pytest.Config) -> AttnSession:
@@ -123,22 +128,6 @@ def attn_session(config: pytest.Config) -> AttnSession:
 def attn_cases(config: pytest.Config, kind: str = "prefill") -> list[AttnCase]:
     """Cases for a suite's ``pytest_generate_tests``; see suites/test_prefill.py."""
     return attn_session(config).cases(kind)
-
-
-def fuzz_targets(config: pytest.Config) -> list[tuple[str, str]]:
-    """(back end, direction) pairs to fuzz: every selected back end but the reference itself, forward,
-    and forward+backward where it has a backward (``--attn-directions`` narrows them)."""
-    session = attn_session(config)
-    wanted = session.options.directions or ("fwd", "fwd+bwd")
-    targets = []
-    for name in session.backends:
-        backend = session.registry.get(name)
-        if name == "reference":
-            continue
-        for direction in wanted:
-            if direction == "fwd" or backend.has_backward:
-                targets.append((name, direction))
-    return targets
 
 
 # ---- options ---------------------------------------------------------------------------------
@@ -194,12 +183,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                                         " call): shows that the regression gate turns red")
     group.addoption("--attn-no-verify", action="store_true", default=False,
                     help="skip the check of sampled output rows against the fp64 reference before timing")
-    group.addoption("--attn-fuzz", action="store_true", default=False,
-                    help="run the fuzz suite on a GPU too (it is opt-in there: it compiles kernels for many shapes);"
-                         " naming a test_fuzz file on the command line does the same")
-    group.addoption("--attn-fuzz-head-dims", type=opt.head_dims, default=None, metavar="LIST",
-                    help="fuzz only these head dims (default: every one a back end takes, e.g. 16 ... 256 on a GPU);"
-                         " --attn-dtypes narrows the fuzzed dtypes too")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -250,12 +233,6 @@ def pytest_configure(config: pytest.Config) -> None:
     session = AttnSession(options, registry, backends)
     config.stash[ATTN_SESSION] = session
     _lock_clocks(config, session)
-    config.stash[FUZZ_HEAD_DIMS] = config.getoption("attn_fuzz_head_dims")
-    if config.getoption("hypothesis_profile", None) is None:  # Hypothesis' own option wins
-        import torch
-        from hypothesis import settings
-
-        settings.load_profile(fuzz_settings.default_profile(torch.cuda.is_available()))
 
 
 def _lock_clocks(config: pytest.Config, session: AttnSession) -> None:
@@ -286,25 +263,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         locker.release()
 
 
-def fuzz_opted_in(config: pytest.Config) -> bool:
-    """On a GPU the fuzz suite runs only when asked: ``--attn-fuzz`` or a test_fuzz file named."""
-    return bool(config.getoption("attn_fuzz")) or any("test_fuzz" in str(a) for a in config.args)
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test using ``attn_bench`` gets its times from our engine (the replay clock); benchmarks
-    of one problem (a parametrized ``case``) share a pytest-benchmark group. On a GPU, fuzz tests
-    skip unless opted in, so `pytest suites/` stays a benchmark run."""
-    fuzz_skip = None
-    if any("fuzz_target" in getattr(i, "fixturenames", ()) for i in items) and not fuzz_opted_in(config):
-        import torch
-
-        if torch.cuda.is_available():
-            fuzz_skip = pytest.mark.skip(reason="fuzzing is opt-in on a GPU (it compiles kernels for many shapes):"
-                                                " run pytest suites/test_fuzz_varlen.py, or add --attn-fuzz")
+    of one problem (a parametrized ``case``) share a pytest-benchmark group."""
     for item in items:
-        if fuzz_skip is not None and "fuzz_target" in getattr(item, "fixturenames", ()):
-            item.add_marker(fuzz_skip)
         if "attn_bench" not in getattr(item, "fixturenames", ()):
             continue
         case = getattr(item, "callspec", None) and item.callspec.params.get("case")  # type: ignore[attr-defined]
@@ -394,18 +356,6 @@ def _measure_hbm(session: AttnSession, benchmark: Any, result: CaseResult) -> No
         session.notes.append(f"{result.case.id}: {traffic.describe()}")
 
 
-@pytest.fixture(scope="session")
-def attn_fuzzer(request: pytest.FixtureRequest, attn_device: DeviceInfo) -> Fuzzer:
-    """Runs one fuzz example: ``attn_fuzzer.check(backend, direction, data)`` inside a ``@given`` test
-    (see suites/test_fuzz_varlen.py)."""
-    from .fuzz import Fuzzer
-
-    session = attn_session(request.config)
-    session.fuzzer = Fuzzer(session.registry, attn_device, dtypes=session.options.dtypes,
-                            head_dims=request.config.stash[FUZZ_HEAD_DIMS])
-    return session.fuzzer
-
-
 @pytest.fixture
 def attn_kernels(request: pytest.FixtureRequest, attn_device: DeviceInfo) -> Callable[[AttnCase], list[KernelCall]]:
     """``attn_kernels(case)``: check the case against the reference, then return the GPU kernels
@@ -440,14 +390,6 @@ def pytest_sessionfinish(session: pytest.Session) -> Any:
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     session = config.stash.get(ATTN_SESSION, None)
-    if session is not None and session.fuzzer is not None and session.fuzzer.examples:
-        from hypothesis import settings
-
-        terminalreporter.write_sep("=", "pytest-attn fuzz")
-        terminalreporter.write_line(f"hypothesis profile: {settings._current_profile}; examples that ran"
-                                    " (not rejected) per back end and direction:")
-        for (name, direction), n in sorted(session.fuzzer.examples.items()):
-            terminalreporter.write_line(f"  {name} {direction}: {n}")
     if session is None or not (session.results or session.skips):
         return
     terminalreporter.write_sep("=", "pytest-attn summary")
