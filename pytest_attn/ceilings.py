@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .timing import events_seconds
+
 MATMUL_N = 8192
 COPY_BYTES = 2 << 30
 
@@ -34,20 +36,6 @@ def fractions(tflops: float, tbps: float, dtype: str, ceilings: Ceilings | None)
     }
 
 
-def _events_time(fn: Any, reps: int) -> float:
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / 1e3
-
-
 def measure_matmul(dtype: str, device: Any, n: int = MATMUL_N, reps: int = 20) -> float:
     """TFLOP/s of an n x n x n matrix product in ``dtype`` (best of three timed runs). GPU I/O."""
     import torch
@@ -56,7 +44,7 @@ def measure_matmul(dtype: str, device: Any, n: int = MATMUL_N, reps: int = 20) -
 
     a = torch.randn(n, n, device=device, dtype=torch_dtype(dtype))
     b = torch.randn(n, n, device=device, dtype=torch_dtype(dtype))
-    best = min(_events_time(lambda: a @ b, reps) for _ in range(3))
+    best = min(events_seconds(lambda: a @ b, reps) for _ in range(3))
     return 2 * n**3 * reps / best / 1e12
 
 
@@ -66,7 +54,7 @@ def measure_copy(device: Any, nbytes: int = COPY_BYTES, reps: int = 10) -> float
 
     src = torch.empty(nbytes, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    best = min(_events_time(lambda: dst.copy_(src), reps) for _ in range(3))
+    best = min(events_seconds(lambda: dst.copy_(src), reps) for _ in range(3))
     return 2 * nbytes * reps / best / 1e12
 
 

@@ -201,19 +201,10 @@ class NvmlClockControl:
 
 def nvml_controls() -> list[ClockControl]:
     """A control for the first GPU this process may use (the one the session measures on), or []."""
-    import os
+    from .nvml import visible_device
 
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
-        handle = (pynvml.nvmlDeviceGetHandleByIndex(int(first)) if first.isdigit()
-                  else pynvml.nvmlDeviceGetHandleByUUID(first))
-        name = pynvml.nvmlDeviceGetName(handle)
-        return [NvmlClockControl(pynvml, handle, name.decode() if isinstance(name, bytes) else str(name))]
-    except Exception:
-        return []
+    found = visible_device()
+    return [NvmlClockControl(*found)] if found else []
 
 
 #: How the plugin finds the devices to lock (tests replace it with fakes).

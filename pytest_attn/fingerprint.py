@@ -9,7 +9,6 @@ verdicts, because it may be the reason for them.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
@@ -93,21 +92,7 @@ def differences(baseline: Fingerprint, current: Fingerprint) -> tuple[list[str],
 def visible_gpu_name() -> str | None:
     """The name of the first GPU this process may use, from NVML (no CUDA context is created), or
     None without a GPU or NVML. Used before collection to key local benchmark storage by GPU."""
-    try:
-        import pynvml
+    from .nvml import visible_device
 
-        pynvml.nvmlInit()
-    except Exception:
-        return None
-    try:
-        first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
-        if first in ("", "-1"):
-            return None
-        if first.isdigit():
-            handle = pynvml.nvmlDeviceGetHandleByIndex(int(first))
-        else:
-            handle = pynvml.nvmlDeviceGetHandleByUUID(first if first.startswith(("GPU-", "MIG-")) else f"GPU-{first}")
-        name = pynvml.nvmlDeviceGetName(handle)
-        return name.decode() if isinstance(name, bytes) else str(name)
-    except Exception:
-        return None
+    found = visible_device()
+    return found[2] if found else None

@@ -45,15 +45,15 @@ def entries(run: Mapping[str, Any]) -> dict[str, Entry]:
     return out
 
 
-def parse_fraction(text: str) -> float:
-    """``5%`` or ``0.05`` -> 0.05."""
+def parse_fraction(text: str, what: str = "threshold") -> float:
+    """``5%`` or ``0.05`` -> 0.05; more than 0, less than 1000 %."""
     raw = text.strip()
     try:
         value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
     except ValueError:
-        raise ValueError(f"threshold {text!r} is not a number or a percentage (e.g. 5% or 0.05)") from None
+        raise ValueError(f"{what} {text!r} is not a number or a percentage (e.g. 5% or 0.05)") from None
     if not 0 < value < 10:
-        raise ValueError(f"threshold {text!r} must be positive (e.g. 5%)")
+        raise ValueError(f"{what} {text!r} must be more than 0 and less than 1000% (e.g. 5%)")
     return value
 
 

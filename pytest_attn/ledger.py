@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .case import AttnCase
+from .case import AttnCase, Mask
 
 
 @dataclass(frozen=True)
@@ -35,10 +35,10 @@ def _small_head_split_kv(case: AttnCase) -> bool:
     return case.head_dim_qk <= 32 and case.max_seqlen_q >= 2 and case.max_seqlen_k > 256
 
 
-def _example(backend: str, sq: int, sk: int, d: int, mask: str) -> str:
-    return (f'{{"backend":"{backend}","seqlens_q":[{sq}],"seqlens_k":[{sk}],"heads_q":1,"heads_kv":1,'
-            f'"head_dim_qk":{d},"head_dim_v":{d},"dtype":"fp16","mask":"{mask}","direction":"fwd",'
-            f'"softmax_scale":null,"seed":0}}')
+def _example(backend: str, sq: int, sk: int, d: int, mask: Mask) -> str:
+    from .fuzz import case_json
+
+    return case_json(AttnCase(backend, "fuzz", (sq,), (sk,), 1, 1, d, d, "fp16", mask), 0)
 
 
 _WINDOW_REASON = (
@@ -56,11 +56,12 @@ _SPLIT_REASON = (
 #: The ledger. Each entry needs a failing example, a reason and a link.
 LEDGER: tuple[KnownFailure, ...] = (
     *(KnownFailure(name, "sliding window with seqlen_q > seqlen_k", _window_with_more_queries,
-                   _example(name, 3, 1, 16, "win-1-1") if name != "varlen" else _example(name, 5, 2, 16, "win0--1"),
+                   _example(name, 3, 1, 16, Mask.window(-1, 1)) if name != "varlen"
+                   else _example(name, 5, 2, 16, Mask.window(0, -1)),
                    _WINDOW_REASON, "https://github.com/Dao-AILab/flash-attention/issues/895")
       for name in ("flash-attn", "flash-attn-varlen", "varlen")),
     *(KnownFailure(name, "head dim <= 32, seqlen_q >= 2, split-KV over > 256 keys", _small_head_split_kv,
-                   _example(name, 2, 257, 16, "full"), _SPLIT_REASON,
+                   _example(name, 2, 257, 16, Mask.none()), _SPLIT_REASON,
                    "https://github.com/Dao-AILab/flash-attention/issues/1076")
       for name in ("flash-attn", "flash-attn-kvcache", "flash-attn-paged")),
 )

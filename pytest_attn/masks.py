@@ -121,8 +121,8 @@ def all_true() -> Mask:
 
 
 # ---- the dense form ----------------------------------------------------------------------------
-def _window_rows(xp: Any, i: Any, j: Any, offset: int, left: int, right: int) -> Any:
-    """The bottom-right window rule on index arrays of numpy or torch (``xp`` unused: operators only)."""
+def _window_rows(i: Any, j: Any, offset: int, left: int, right: int) -> Any:
+    """The bottom-right window rule on index arrays of numpy or torch (operators only)."""
     diag = i[:, None] + offset
     visible = (j[None, :] >= 0) & (i[:, None] >= 0)
     if left >= 0:
@@ -140,7 +140,7 @@ def dense_mask_np(mask: Mask, seqlen_q: int, seqlen_k: int, rows: np.ndarray | N
         return mask.rows(seqlen_q, seqlen_k, i)
     if mask.kind == "none":
         return np.ones((i.shape[0], seqlen_k), dtype=bool)
-    return np.asarray(_window_rows(np, i, np.arange(seqlen_k), seqlen_k - seqlen_q, mask.window_left,
+    return np.asarray(_window_rows(i, np.arange(seqlen_k), seqlen_k - seqlen_q, mask.window_left,
                                    mask.window_right))
 
 
@@ -160,7 +160,7 @@ def dense_mask(
         i = torch.arange(seqlen_q, device=device) if rows is None else rows.to(device)
         if mask.kind == "none":
             return torch.ones((i.shape[0], seqlen_k), dtype=torch.bool, device=device)
-        return _window_rows(torch, i, torch.arange(seqlen_k, device=device), seqlen_k - seqlen_q,
+        return _window_rows(i, torch.arange(seqlen_k, device=device), seqlen_k - seqlen_q,
                             mask.window_left, mask.window_right)
     picked = np.arange(seqlen_q) if rows is None else rows.cpu().numpy()
     out = torch.empty((len(picked), seqlen_k), dtype=torch.bool, device=device)

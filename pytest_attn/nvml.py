@@ -116,3 +116,25 @@ def open_nvml(uuid: str | None, index: int) -> Nvml:
         except Exception as exc:
             return NoNvml(f"NVML has no device {index} ({exc}); clocks are not known")
     return PynvmlDevice(pynvml, handle)
+
+
+def visible_device() -> tuple[Any, Any, str] | None:
+    """(pynvml, handle, name) of the first GPU this process may use (``CUDA_VISIBLE_DEVICES``: an index
+    or a UUID), through NVML only -- no CUDA context is created -- or None without a GPU or NVML."""
+    import os
+
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
+        if first in ("", "-1"):
+            return None
+        if first.isdigit():
+            handle = pynvml.nvmlDeviceGetHandleByIndex(int(first))
+        else:
+            handle = pynvml.nvmlDeviceGetHandleByUUID(first if first.startswith(("GPU-", "MIG-")) else f"GPU-{first}")
+        name = pynvml.nvmlDeviceGetName(handle)
+        return pynvml, handle, name.decode() if isinstance(name, bytes) else str(name)
+    except Exception:
+        return None

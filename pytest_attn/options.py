@@ -91,18 +91,14 @@ def min_samples(text: str) -> int:
 
 
 def fraction(what: str) -> Callable[[str], float]:
-    """``6%`` or ``0.06``, positive."""
+    """``6%`` or ``0.06`` (see :func:`pytest_attn.gate.parse_fraction`)."""
+    from .gate import parse_fraction
 
     def convert(text: str) -> float:
-        raw = text.strip()
         try:
-            value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be a percentage like 6% or a fraction like 0.06,"
-                                             f" got {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"{what} must be positive, got {text!r}")
-        return value
+            return parse_fraction(text, what)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
     return convert
 

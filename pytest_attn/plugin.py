@@ -238,9 +238,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def _lock_clocks(config: pytest.Config, session: AttnSession) -> None:
     from . import clocks
 
-    request = config.getoption("attn_lock_clocks")
-    if isinstance(request, str):  # the default, unparsed
-        request = clocks.parse_lock(request)
+    request = config.getoption("attn_lock_clocks")  # argparse converts the default too
     if request.off:
         return
 
@@ -251,8 +249,7 @@ def _lock_clocks(config: pytest.Config, session: AttnSession) -> None:
     try:
         session.clock_lock = locker.acquire()
     except clocks.ClockLockError as exc:
-        raise pytest.UsageError(f"--attn-lock-clocks={config.getoption('attn_lock_clocks').target}:require: {exc}")\
-            from None
+        raise pytest.UsageError(f"--attn-lock-clocks={request.target}:require: {exc}") from None
     config.stash[CLOCK_LOCKER] = locker
 
 

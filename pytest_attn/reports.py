@@ -44,11 +44,10 @@ def terminal_lines(comparisons: Sequence[Comparison], baseline: str, notes: Sequ
     lines += ["  " + "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in
                                 enumerate(zip(r, widths, strict=True))) for r in rows]
     for c in comparisons:
-        known = c.change is not None and c.noise is not None and c.threshold is not None
-        if c.verdict in ("SLOWER", "FASTER") and known:
-            assert c.change is not None and c.noise is not None and c.threshold is not None
-            lines.append(f"  {c.verdict.lower()}: {c.name.split('::')[-1]} moved {c.change * 100:+.1f}% (threshold"
-                         f" {c.threshold * 100:.1f}%, noise of both runs {c.noise * 100:.1f}%)")
+        if c.verdict not in ("SLOWER", "FASTER") or c.change is None or c.noise is None or c.threshold is None:
+            continue
+        lines.append(f"  {c.verdict.lower()}: {c.name.split('::')[-1]} moved {c.change * 100:+.1f}% (threshold"
+                     f" {c.threshold * 100:.1f}%, noise of both runs {c.noise * 100:.1f}%)")
     lines += [f"  note: {n}" for n in notes]
     return lines
 

@@ -130,6 +130,22 @@ class CudaGraphTimer:
         return self._start.elapsed_time(self._end) / 1e3 / self.calls_per_sample
 
 
+def events_seconds(fn: Callable[[], Any], reps: int) -> float:
+    """Seconds ``reps`` calls of ``fn`` take between two CUDA events, after one warm call (for quick
+    calibrations outside the measured cases: ceilings, deliberate slowdowns)."""
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3
+
+
 def device_activity(run: Callable[[], Any]) -> list[tuple[str, float]]:
     """(name, seconds) of every kernel, memset and memcpy that ``run()`` put on the GPU, as CUPTI
     records them through ``torch.profiler`` (device timestamps: no host time, no launch gaps)."""

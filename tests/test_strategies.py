@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import find, given, settings
+from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from pytest_attn.case import AttnCase, Mask
@@ -49,9 +50,11 @@ def test_cases_shrink_to_the_simplest():
 
 
 @settings(max_examples=200, deadline=None)
-@given(n=lengths(max_len=129))
-def test_lengths_stay_in_range(n):
-    assert 1 <= n <= 129
+@given(max_len=st.integers(1, 300), data=st.data())
+def test_lengths_stay_in_range(max_len, data):
+    # the interesting lengths (up to 129, and 255-1021 with long=True) must be cut at max_len
+    n = data.draw(lengths(max_len=max_len, long=data.draw(st.booleans())))
+    assert 1 <= n <= max_len
 
 
 def test_tile_edges_and_long_lengths_are_drawn():

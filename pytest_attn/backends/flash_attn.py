@@ -200,22 +200,14 @@ class FlashAttnBackend:
 
 def paged_cache(k: Any, v: Any, page: int, seed: int = 0) -> tuple[Any, Any, Any]:
     """A dense ``(b, s, h, d)`` cache copied into ``page``-key pages in a shuffled order (as a serving
-    engine's allocator leaves them), with the ``(b, pages_per_seq)`` int32 block table."""
-    import torch
+    engine's allocator leaves them), with the ``(b, pages_per_seq)`` int32 block table: FlashInfer's
+    paged layout (:func:`~pytest_attn.backends.flashinfer.paged_kv`), its page list read as a table."""
+    from .flashinfer import paged_kv
 
-    b, s, h, _ = k.shape
-    per_seq = -(-s // page)
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    order = torch.randperm(b * per_seq, generator=gen).to(k.device)
-    table = order.view(b, per_seq).to(torch.int32)
-    out = []
-    for t in (k, v):
-        padded = torch.zeros((b, per_seq * page, h, t.shape[-1]), dtype=t.dtype, device=t.device)
-        padded[:, :s] = t
-        pages = torch.empty((b * per_seq, page, h, t.shape[-1]), dtype=t.dtype, device=t.device)
-        pages[order] = padded.view(b * per_seq, page, h, t.shape[-1])
-        out.append(pages)
-    return out[0], out[1], table
+    b, s = k.shape[:2]
+    k_pages, v_pages, _, indices, _ = paged_kv(k.reshape(b * s, *k.shape[2:]), v.reshape(b * s, *v.shape[2:]),
+                                               (s,) * b, page, seed)
+    return k_pages, v_pages, indices.view(b, -1)
 
 
 FLASH_ATTN_BACKENDS = (

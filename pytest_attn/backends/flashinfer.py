@@ -191,10 +191,8 @@ class FlashInferBackend:
     def workspace_bytes(self, case: AttnCase) -> int:
         pairs = sum(sq * sk for sq, sk in zip(case.seqlens_q, case.seqlens_k, strict=True))
         extra = 0
-        if self.api == "custom":
-            extra = pairs + pairs // 8 + 1
-        elif self.api in ("packed", "bsr") or (self.api == "ragged" and case.mask.kind == "custom"):
-            extra = pairs + pairs // 8 + 1  # the dense form is built first, then packed
+        if self.api in ("custom", "packed", "bsr") or (self.api == "ragged" and case.mask.kind == "custom"):
+            extra = pairs + pairs // 8 + 1  # the dense bool mask, and its packed bits
         elif self.api in ("paged", "decode"):
             pages = sum(-(-n // self.page_size) for n in case.seqlens_k)
             extra = 2 * pages * self.page_size * case.heads_kv * case.head_dim_qk * case.elem_bytes

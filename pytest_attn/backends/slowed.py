@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..timing import events_seconds
 from .base import ForwardFn
 
 if TYPE_CHECKING:
@@ -21,29 +22,14 @@ if TYPE_CHECKING:
 def _cuda_cycles_per_second() -> float:
     import torch
 
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda._sleep(1000)  # first launch
     cycles = 10_000_000
-    start.record()
-    torch.cuda._sleep(cycles)
-    end.record()
-    end.synchronize()
-    return cycles / (start.elapsed_time(end) / 1e3)
+    return cycles / events_seconds(lambda: torch.cuda._sleep(cycles), 1)
 
 
 def _time_once(fn: ForwardFn, cuda: bool) -> float:
-    import torch
-
-    fn()  # warm
     if cuda:
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(5):
-            fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3 / 5
+        return events_seconds(fn, 5) / 5
+    fn()  # warm
     t0 = time.perf_counter()
     for _ in range(5):
         fn()
