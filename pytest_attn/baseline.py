@@ -15,6 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from pytest_benchmark.utils import SafeJSONEncoder
+
 from .fingerprint import Fingerprint, differences
 
 FILE_NAME = "baseline.json"
@@ -63,6 +65,13 @@ def stored_fingerprint(run: dict[str, Any]) -> Fingerprint | None:
         return None
 
 
+def as_written(run: dict[str, Any]) -> dict[str, Any]:
+    """``run`` as pytest-benchmark writes it to JSON: what JSON cannot hold (a test's parameter objects)
+    becomes its text, through pytest-benchmark's own encoder."""
+    result: dict[str, Any] = json.loads(json.dumps(run, cls=SafeJSONEncoder))
+    return result
+
+
 def save_baseline(path: Path, run: dict[str, Any], fingerprint: Fingerprint, *, force: bool = False) -> str:
     """Write ``run`` as the baseline at ``path`` (atomically); returns what was done. Refuses (raises
     :class:`BaselineError`) to replace a baseline of another GPU, or a corrupt one, unless ``force``."""
@@ -89,7 +98,7 @@ def save_baseline(path: Path, run: dict[str, Any], fingerprint: Fingerprint, *, 
     fd, tmp = tempfile.mkstemp(prefix=".baseline-", suffix=".json", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True)
+            json.dump(data, fh, indent=2, sort_keys=True, cls=SafeJSONEncoder)
             fh.write("\n")
             fh.flush()
             os.fsync(fh.fileno())

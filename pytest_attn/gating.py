@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import copy
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from .baseline import BaselineError, baseline_path, load_baseline, save_baseline, stored_fingerprint
+from .baseline import BaselineError, as_written, baseline_path, load_baseline, save_baseline, stored_fingerprint
 from .fingerprint import differences, fingerprint_of, gpu_key, visible_gpu_name
 from .gate import DEFAULT_THRESHOLD, Thresholds, compare, parse_fraction, parse_override, regressions
 from .reports import markdown, terminal_lines, write_reports
@@ -95,10 +94,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_json(config: pytest.Config, benchmarks: Any, output_json: dict[str, Any]) -> None:
-    """pytest-benchmark hands over the run it is about to save: keep a copy for the gate."""
+    """pytest-benchmark hands over the run it is about to save: keep it for the gate, as the JSON that
+    pytest-benchmark writes (test parameters such as a case object become their text)."""
     state = config.stash.get(GATE, None)
     if state is not None:
-        state.run = copy.deepcopy(output_json)
+        state.run = as_written(output_json)
 
 
 def _device(config: pytest.Config) -> Any:

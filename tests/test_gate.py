@@ -132,6 +132,27 @@ def test_save_is_atomic_and_refuses_another_gpu(tmp_path, run, monkeypatch):
     assert [p.name for p in path.parent.iterdir()] == ["baseline.json"]  # no temporary file left
 
 
+def test_a_run_with_case_objects_in_its_params_is_saved_as_pytest_benchmark_writes_it(tmp_path, run):
+    # on the GPU, pytest-benchmark's run carries each test's parameters: our AttnCase objects, which plain
+    # json cannot write (a first H200 run failed with "Object of type AttnCase is not JSON serializable")
+    from pytest_benchmark.utils import safe_dumps
+
+    from pytest_attn.baseline import as_written
+    from pytest_attn.case import AttnCase
+
+    case = AttnCase.dense(backend="sdpa-math", shape="tiny", batch=1, seqlen_q=4, heads_q=2, head_dim=8)
+    raw = copy.deepcopy(run)
+    raw["benchmarks"][0]["params"] = {"case": case}
+    written = as_written(raw)
+    assert written == json.loads(safe_dumps(raw))
+    assert written["benchmarks"][0]["params"]["case"] == f"UNSERIALIZABLE[{case!r}]"
+    path = tmp_path / "baseline.json"
+    save_baseline(path, written, fingerprint_of(H200))
+    assert load_baseline(path)["benchmarks"][0]["params"]["case"] == f"UNSERIALIZABLE[{case!r}]"
+    save_baseline(path, raw, fingerprint_of(H200))  # the objects themselves: written as their text too
+    assert load_baseline(path)["benchmarks"][0]["params"]["case"] == f"UNSERIALIZABLE[{case!r}]"
+
+
 @pytest.mark.parametrize(("content", "message"), [
     ('{"benchmarks": [', r"is not valid JSON \(line 1, column 17"),
     ('{"machine_info": {}}', "has no 'benchmarks' list"),
