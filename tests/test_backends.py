@@ -135,3 +135,22 @@ def test_same_seed_same_values_in_every_layout():
     assert torch.equal(bhsd.k.transpose(1, 2).reshape(-1, 2, 16), thd.k)
     assert torch.equal(bshd.grad_out.reshape(-1, 4, 16), thd.grad_out)
     assert not torch.equal(make_inputs(c, "thd", "cpu", seed=8).q, thd.q)
+
+
+@pytest.mark.parametrize("direction", ["fwd", "fwd+bwd"])
+def test_injected_slowdown_is_a_fraction_of_the_whole_timed_step(monkeypatch, direction):
+    # a first H200 run calibrated the wait on the forward alone: fwd+bwd cases slowed by 1-2 %, not 6 %
+    from pytest_attn.backends import slowed
+
+    timed = []
+    monkeypatch.setattr(slowed, "_time_once", lambda fn, cuda: timed.append(fn()) or 0.0)
+    case = AttnCase.dense(backend="sdpa-math", shape="t", batch=1, seqlen_q=4, heads_q=2, head_dim=8, dtype="fp32",
+                          direction=direction)
+    inner = builtin_registry().get("sdpa-math")
+    inputs = make_inputs(case, inner.layout, torch.device("cpu"), requires_grad=direction == "fwd+bwd", seed=0)
+    slowed.SlowedBackend(inner, 0.06).prepare(case, inputs)
+    if direction == "fwd":
+        assert isinstance(timed[0], torch.Tensor)  # the forward's output
+    else:
+        grads = timed[0]  # dq, dk, dv
+        assert [g.shape for g in grads] == [inputs.q.shape, inputs.k.shape, inputs.v.shape]
