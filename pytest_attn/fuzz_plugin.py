@@ -26,15 +26,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--attn-fuzz-head-dims", type=opt.head_dims, default=None, metavar="LIST",
                     help="fuzz only these head dims (default: every one a back end takes, e.g. 16 ... 256 on a GPU);"
                          " --attn-dtypes narrows the fuzzed dtypes too")
+    group.addoption("--attn-fuzz-examples", type=opt.positive_int("--attn-fuzz-examples"), default=None,
+                    metavar="N", help="examples per property, overriding the Hypothesis profile's max_examples"
+                                      " (e.g. a short run of a back end that compiles per example, like flex)")
 
 
+@pytest.hookimpl(trylast=True)  # after Hypothesis' plugin has loaded a --hypothesis-profile
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[FUZZ_HEAD_DIMS] = config.getoption("attn_fuzz_head_dims")
-    if config.getoption("hypothesis_profile", None) is None:  # Hypothesis' own option wins
-        import torch
-        from hypothesis import settings
+    from hypothesis import settings
 
-        settings.load_profile(fuzz_settings.default_profile(torch.cuda.is_available()))
+    profile = config.getoption("hypothesis_profile", None)  # Hypothesis' own option wins
+    if profile is None:
+        import torch
+
+        profile = fuzz_settings.default_profile(torch.cuda.is_available())
+        settings.load_profile(profile)
+    examples = config.getoption("attn_fuzz_examples", None)
+    if examples is not None:
+        settings.load_profile(fuzz_settings.with_examples(profile, examples))
 
 
 def fuzz_targets(config: pytest.Config) -> list[tuple[str, str]]:

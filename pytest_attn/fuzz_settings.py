@@ -6,7 +6,8 @@
 * ``thorough`` -- 2,000 examples per property, for long local runs before trusting a new kernel.
 
 Choose one with Hypothesis' own ``--hypothesis-profile=NAME``; without it, pytest-attn loads ``ci``
-on a machine without a GPU and ``gpu`` on one with.
+on a machine without a GPU and ``gpu`` on one with. ``--attn-fuzz-examples=N`` keeps the profile but
+sets its number of examples.
 """
 
 from __future__ import annotations
@@ -25,3 +26,10 @@ settings.register_profile("thorough", max_examples=2000, deadline=None, suppress
 
 def default_profile(has_gpu: bool) -> str:
     return "gpu" if has_gpu else "ci"
+
+
+def with_examples(profile: str, examples: int) -> str:
+    """Register ``PROFILE-xN``: the named profile with ``max_examples=N`` (``--attn-fuzz-examples``)."""
+    name = f"{profile}-x{examples}"
+    settings.register_profile(name, parent=settings.get_profile(profile), max_examples=examples)
+    return name

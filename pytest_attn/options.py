@@ -68,6 +68,19 @@ def positive_float(what: str) -> Callable[[str], float]:
     return convert
 
 
+def positive_int(what: str) -> Callable[[str], int]:
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be a whole number, got {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{what} must be positive, got {text!r}")
+        return value
+
+    return convert
+
+
 def precision(text: str) -> float:
     """A relative precision: ``0.01`` or ``1%``; must lie in (0, 1)."""
     raw = text.strip()

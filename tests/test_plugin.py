@@ -195,6 +195,19 @@ def test_fuzzing_runs_on_cpu_and_is_opt_in_on_a_gpu(pytester):
     result.stdout.fnmatch_lines(["*fuzzing is opt-in on a GPU*--attn-fuzz*"])
 
 
+def test_fuzz_examples_override_the_profiles_count(pytester):
+    pytester.makepyfile(suite_fuzz=FUZZ_SUITE)
+    base = ["-p", "no:cacheprovider", "--attn-backends=sdpa-math", "--attn-directions=fwd", "suite_fuzz.py"]
+    result = pytester.runpytest(*base, "--attn-fuzz-examples=7")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*hypothesis profile: ci-x7*", "*sdpa-math fwd: 7"])
+    result = pytester.runpytest(*base, "--hypothesis-profile=thorough", "--attn-fuzz-examples=4")
+    result.stdout.fnmatch_lines(["*hypothesis profile: thorough-x4*", "*sdpa-math fwd: 4"])
+    result = pytester.runpytest(*base, "--attn-fuzz-examples=0")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--attn-fuzz-examples must be positive, got '0'*"])
+
+
 def test_gate_end_to_end_on_cpu(pytester):
     pytester.makepyfile(test_suite=SUITE)
     args = [*FAST, "--attn-backends=sdpa-math", "--attn-dtypes=fp32", "--attn-directions=fwd", "-k", "tiny-mha"]
