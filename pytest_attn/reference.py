@@ -60,22 +60,29 @@ def attention_rows(
     (all when None), computed in ``compute_dtype``; returns ``(rows, hq, dv)`` in ``compute_dtype``."""
     import torch
 
+    group = case.heads_q // case.heads_kv
+    vc = v.to(compute_dtype).repeat_interleave(group, dim=1)
+    return torch.einsum("hqk,khd->qhd", probabilities(q, k, case, rows, compute_dtype), vc)
+
+
+def probabilities(q: torch.Tensor, k: torch.Tensor, case: AttnCase, rows: torch.Tensor | None,
+                  compute_dtype: torch.dtype) -> torch.Tensor:
+    """``softmax(q k^T * scale + mask)`` of one sequence, ``(hq, rows, sk)``; rows that see no key are 0."""
+    import torch
+
     sq, sk = q.shape[0], k.shape[0]
     group = case.heads_q // case.heads_kv
     qc = q.to(compute_dtype)
     kc = k.to(compute_dtype).repeat_interleave(group, dim=1)
-    vc = v.to(compute_dtype).repeat_interleave(group, dim=1)
     if rows is not None:
         qc = qc[rows]
     scores = torch.einsum("qhd,khd->hqk", qc, kc) * case.scale
     if case.mask.kind == "none":
-        probs = torch.softmax(scores, dim=-1)
-    else:
-        visible = dense_mask(case.mask, sq, sk, q.device, rows)
-        empty = ~visible.any(dim=-1, keepdim=True)  # rows with no visible key give 0 (as flash-attn)
-        scores = scores.masked_fill(~visible, float("-inf")).masked_fill(empty, 0.0)
-        probs = torch.softmax(scores, dim=-1).masked_fill(empty, 0.0)  # finite gradients everywhere
-    return torch.einsum("hqk,khd->qhd", probs, vc)
+        return torch.softmax(scores, dim=-1)
+    visible = dense_mask(case.mask, sq, sk, q.device, rows)
+    empty = ~visible.any(dim=-1, keepdim=True)  # rows with no visible key give 0 (as flash-attn)
+    scores = scores.masked_fill(~visible, float("-inf")).masked_fill(empty, 0.0)
+    return torch.softmax(scores, dim=-1).masked_fill(empty, 0.0)  # finite gradients everywhere
 
 
 def reference_attention(inputs: Inputs, case: AttnCase, compute_dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -191,6 +198,7 @@ class FullCheck:
     allowed: float
     worst: str  # "sequence s, head h, row r, column c"
     problem: str = ""  # set for NaN/Inf, unwritten or wrong empty rows
+    by_design: float = 0.0  # the part of ``allowed`` from a FlashAttention backward's D (output_rounding_term)
 
     @property
     def ratio(self) -> float:
@@ -200,7 +208,9 @@ class FullCheck:
         if self.problem:
             return f"{self.tensor}: {self.problem} at {self.worst}"
         return (f"{self.tensor}: max |got - fp64| = {self.max_error:.3g} at {self.worst}; {case.dtype} math errs"
-                f" {self.lowp_error:.3g}; ratio {self.ratio:.2f} (allowed {self.allowed:.3g})")
+                f" {self.lowp_error:.3g}; ratio {self.ratio:.2f} (allowed {self.allowed:.3g}"
+                + (f", of which {self.by_design:.3g} for D computed from the rounded output)" if self.by_design
+                   else ")"))
 
 
 def _grads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, case: AttnCase, dtype: torch.dtype,
@@ -215,6 +225,32 @@ def _grads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, case: AttnCase, dt
             return (out.detach(),)
         dq, dk, dv = torch.autograd.grad(out, (lq, lk, lv), grad_out.to(dtype))
     return out.detach(), dq, dk, dv
+
+
+def output_rounding_term(q: torch.Tensor, k: torch.Tensor, case: AttnCase, out: torch.Tensor,
+                         ref_out: torch.Tensor, grad_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """What a FlashAttention-style backward gets wrong *by design*, in fp64: ``(delta_dq, delta_dk)``.
+
+    Such a backward never keeps the probabilities; it computes ``D_i = sum_c dO_ic O_ic`` from the
+    output it returned -- rounded to the case's dtype -- where exact math has ``sum_j P_ij dP_ij``.
+    With ``delta_i = sum_c dO_ic (O_ic - O_exact_ic)``, ``dS_ij`` moves by ``-P_ij delta_i``, so
+    ``dq_i`` by ``-scale delta_i (P K)_i`` and ``dk_j`` by ``-scale sum_i delta_i P_ij q_i``. Negligible
+    for spread-out attention; for peaked attention (a large softmax scale) the true ``dS`` is tiny and
+    this term dominates: on an H200, cuDNN, SDPA's efficient and flash kernels and flash-attn 2.8.3 all
+    returned *bitwise the same* dq, 4-11x the error of bf16/fp16 math, on 25 small cases at scale 2.
+    """
+    import torch
+
+    f64 = torch.float64
+    q, k = q.detach(), k.detach()
+    group = case.heads_q // case.heads_kv
+    probs = probabilities(q, k, case, None, f64)  # (hq, sq, sk)
+    delta = torch.einsum("qhd,qhd->qh", grad_out.to(f64), out.to(f64) - ref_out.to(f64))  # (sq, hq)
+    kc = k.to(f64).repeat_interleave(group, dim=1)
+    delta_dq = -case.scale * delta[..., None] * torch.einsum("hqk,khd->qhd", probs, kc)
+    delta_dk = -case.scale * torch.einsum("hqk,qh,qhd->khd", probs, delta, q.to(f64))  # per q head
+    delta_dk = delta_dk.reshape(delta_dk.shape[0], case.heads_kv, group, -1).sum(dim=2)
+    return delta_dq, delta_dk
 
 
 def _where(index: int, flat: int, shape: tuple[int, ...], is_q: bool) -> str:
@@ -233,7 +269,8 @@ def check_full(
 ) -> FullCheck:
     """Compare every element of ``out`` (and the gradients, for fwd+bwd) with the fp64 reference,
     sequence by sequence. Forward within 2x, gradients within 3x the error of the same math in the
-    case's dtype, plus the dtype's floor. NaN or Inf fail (except where ``empty_rows="nan"``);
+    case's dtype, plus the dtype's floor; dq and dk also plus what a FlashAttention backward errs by
+    design (:func:`output_rounding_term`). NaN or Inf fail (except where ``empty_rows="nan"``);
     rows that see no key must be what the back end documents: ``zero``, ``nan``, or ``any``."""
     import torch
 
@@ -249,6 +286,7 @@ def check_full(
     # H200: SDPA's cuDNN and flash kernels gave the same dq (error 0.0041, |dq| up to ~4 at scale 2)
     # where fp16 math erred 0.00067 -- two independent kernels agreeing is not a bug.
     grad_floor = dict.fromkeys(names, error_floor(case.dtype, grad=True))
+    by_design = dict.fromkeys(names, 0.0)  # see output_rounding_term
     for i in range(case.batch):
         q, k, v = (sequence(t, inputs.layout, case, i, w) for t, w in ((inputs.q, "q"), (inputs.k, "k"),
                                                                         (inputs.v, "k")))
@@ -259,6 +297,12 @@ def check_full(
         got = [sequence(out, layout, case, i, "q").detach()]
         if grads is not None:
             got += [sequence(g, inputs.layout, case, i, w).detach() for g, w in zip(grads, "qkk", strict=True)]
+        if grads is not None and g_out is not None:
+            kernel_out = torch.nan_to_num(got[0].to(torch.float64), nan=0.0, posinf=0.0, neginf=0.0)
+            for name, term in zip(("dq", "dk"), output_rounding_term(q, k, case, kernel_out, ref[0], g_out),
+                                  strict=True):
+                if term.numel():
+                    by_design[name] = max(by_design[name], float(term.abs().max()))
         seen = torch.from_numpy(visible_keys_per_row(case.seqlens_q[i], case.seqlens_k[i], case.mask) > 0)
         for name, g, r, lo in zip(names, got, ref, low, strict=False):
             g64 = g.to(torch.float64)
@@ -291,8 +335,9 @@ def check_full(
     result = None
     for name in names:
         ratio = FWD_RATIO if name == "out" else BWD_RATIO
-        allowed = ratio * lowp_err[name] + (floor if name == "out" else grad_floor[name])
-        check = FullCheck(worst[name][0] <= allowed, name, worst[name][0], lowp_err[name], allowed, worst[name][1])
+        allowed = ratio * lowp_err[name] + (floor if name == "out" else grad_floor[name]) + by_design[name]
+        check = FullCheck(worst[name][0] <= allowed, name, worst[name][0], lowp_err[name], allowed, worst[name][1],
+                          by_design=by_design[name])
         if not check.ok:
             return check
         if name == "out":
