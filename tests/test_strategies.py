@@ -123,3 +123,18 @@ def test_shipped_ledger_entries_are_complete_and_cover_their_examples():
     window = AttnCase("flash-attn", "s", (8,), (4,), 1, 1, 16, 16, mask=Mask.window(2, 0))
     assert known_failure(window) is not None
     assert known_failure(AttnCase("flash-attn", "s", (4,), (8,), 1, 1, 16, 16, mask=Mask.window(2, 0))) is None
+
+
+@pytest.mark.parametrize(("backend", "sq", "hq", "hkv", "d", "sk", "covered"), [
+    ("flash-attn", 2, 1, 1, 16, 257, True),
+    ("flash-attn", 1, 1, 1, 16, 257, False),  # one query, no GQA: no split-KV rows to get wrong (passes on an H200)
+    ("flash-attn", 1, 2, 1, 16, 257, True),  # one query, GQA 2:1: folded into two rows (fails on an H200)
+    ("flash-attn", 2, 1, 1, 64, 257, False),
+    ("flash-attn", 2, 1, 1, 16, 256, False),
+    ("flash-attn-varlen", 1, 2, 1, 16, 257, True),
+    ("flash-attn-varlen", 2, 1, 1, 16, 257, False),  # the varlen front end splits only the folded case
+    ("flash-attn-varlen", 1, 1, 1, 32, 300, False),
+])
+def test_split_kv_ledger_covers_the_folded_single_query(backend, sq, hq, hkv, d, sk, covered):
+    case = AttnCase(backend, "s", (sq,), (sk,), hq, hkv, d, d, "fp16")
+    assert (known_failure(case) is not None) == covered
