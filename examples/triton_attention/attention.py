@@ -52,9 +52,9 @@ def attention_fallback(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, cau
 if triton is not None:
 
     @triton.jit
-    def _fwd_kernel(Q, K, V, Out, scale, sq, sk, group,
+    def _fwd_kernel(Q, K, V, Out, scale, sq, sk, group, H,
                     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs, sob, soh, sos,
-                    H: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     CAUSAL: tl.constexpr):
         pid_m = tl.program_id(0)
         bh = tl.program_id(1)
@@ -102,10 +102,10 @@ def attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
     o = torch.empty_like(q)
     block_m, block_n = 64, 64
     grid = (triton.cdiv(sq, block_m), b * hq)
-    _fwd_kernel[grid](q, k, v, o, scale, sq, sk, hq // hk,
+    _fwd_kernel[grid](q, k, v, o, scale, sq, sk, hq // hk, hq,
                       q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                       v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
-                      H=hq, D=d, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=causal)
+                      D=d, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=causal)
     return o
 
 
