@@ -69,6 +69,12 @@ class CeilingCache:
         out = [f"{key.split(':')[0]}: {c.describe()}" for key, c in self._by_device.items()]
         return out + [f"ceiling not measured ({what}): {why}" for what, why in self.failed.items()]
 
+    def measured(self, device_info: Any) -> Ceilings | None:
+        """What was measured on this device so far (nothing new is measured)."""
+        if device_info is None or not device_info.is_cuda:
+            return None
+        return self._by_device.get(f"{device_info.name}:{device_info.index or 0}")
+
     def get(self, device_info: Any, dtype: str) -> Ceilings | None:
         if not device_info.is_cuda:
             return None

@@ -390,7 +390,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if session is None or not (session.results or session.skips):
         return
     terminalreporter.write_sep("=", "pytest-attn summary")
-    lines = render(session.results, session.device_if_probed, session.skips, config.getoption("attn_speedup_vs"))
+    device = session.device_if_probed
+    lines = render(session.results, device, session.skips, config.getoption("attn_speedup_vs"),
+                   session.ceilings.measured(device))
     lines.insert(0, f"profile: {session.profile}; back ends: {', '.join(session.backends)}")
     lines[1:1] = session.ceilings.lines()
     lines.extend(f"note: {n}" for n in session.notes)

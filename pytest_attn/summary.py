@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING
 from .relative import relative_to_fastest, slow_path_lines
 
 if TYPE_CHECKING:
+    from .ceilings import Ceilings
     from .device import DeviceInfo
     from .runner import CaseResult
 
-COLUMNS = ("backend", "median", "±95%", "vs best", "speedup", "TFLOP/s", "MFU", "MFU@clk", "SM MHz", "TB/s",
-           "FLOP/B", "bound", "peak mem", "timer")
+COLUMNS = ("backend", "median", "±95%", "vs best", "speedup", "TFLOP/s", "MFU", "MFU@clk", "of ceil", "SM MHz",
+           "TB/s", "FLOP/B", "bound", "peak mem", "timer")
 
 
 def fmt_time(seconds: float) -> str:
@@ -41,7 +42,20 @@ def fmt_num(value: float | None, digits: int = 1) -> str:
     return "n/a" if value is None else f"{value:,.{digits}f}"
 
 
-def row(result: CaseResult, slowdown: float = 1.0, speedup: float | None = None) -> tuple[str, ...]:
+def ceiling_fraction(result: CaseResult, ceilings: Ceilings | None) -> float | None:
+    """The case's share of the measured ceiling of its bound: the matmul's TFLOP/s in its dtype when
+    compute-bound, the copy's TB/s when memory-bound (None where not measured)."""
+    if ceilings is None:
+        return None
+    f = result.figures
+    if f.bound == "compute":
+        mm = ceilings.matmul_tflops.get(result.case.dtype)
+        return f.tflops / mm if mm else None
+    return f.tbps / ceilings.copy_tbps if ceilings.copy_tbps else None
+
+
+def row(result: CaseResult, slowdown: float = 1.0, speedup: float | None = None,
+        ceilings: Ceilings | None = None) -> tuple[str, ...]:
     f = result.figures
     clock = result.sm_clock_mhz
     timer = result.timer + (f" x{result.calls_per_sample}" if result.calls_per_sample > 1 else "")
@@ -54,6 +68,7 @@ def row(result: CaseResult, slowdown: float = 1.0, speedup: float | None = None)
         fmt_num(f.tflops, 1 if f.tflops >= 1 else 3),
         fmt_pct(f.mfu_datasheet),
         fmt_pct(f.mfu_at_clock),
+        fmt_pct(ceiling_fraction(result, ceilings)),
         "n/a" if clock is None else f"{clock:.0f}",
         fmt_num(f.tbps, 2 if f.tbps >= 0.01 else 4),
         fmt_num(f.arithmetic_intensity, 0),
@@ -72,9 +87,23 @@ def _table(rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
     return lines
 
 
+def timing_check_line(results: Sequence[CaseResult]) -> str | None:
+    """One line for ``--attn-verify-timing``: how many cases were checked, the range of reported median
+    over the profiler's kernel time, and how many differ by more than the tolerance."""
+    checks = [r.timing_check for r in results if r.timing_check is not None]
+    if not checks:
+        return None
+    ratios = [c.ratio for c in checks]
+    flagged = sum(not c.ok for c in checks)
+    return (f"timing self-check: {len(checks)} cases, reported median / profiler kernel time"
+            f" {min(ratios):.3f} to {max(ratios):.3f}; {flagged} beyond {checks[0].tolerance:.0%}"
+            + (" (see the notes)" if flagged else ""))
+
+
 def render(results: Sequence[CaseResult], device: DeviceInfo | None, skips: Iterable[str] = (),
-           reference: str = "sdpa-math") -> list[str]:
-    """Lines of the summary: a header, then one block per problem (group)."""
+           reference: str = "sdpa-math", ceilings: Ceilings | None = None) -> list[str]:
+    """Lines of the summary: a header, then one block per problem (group). ``ceilings``: the measured
+    ceilings of the device, for the "of ceil" column."""
     lines: list[str] = []
     if device is not None:
         lines.append(f"device: {device.describe()}")
@@ -84,8 +113,12 @@ def render(results: Sequence[CaseResult], device: DeviceInfo | None, skips: Iter
         lines.append(
             "FLOPs: exact-mask convention (2*(d_qk+d_v) per visible query-key pair per head, bwd = 2.5 x fwd);"
             " MFU vs the datasheet peak, MFU@clk vs the peak at the SM clock seen while sampling;"
-            f" speedup = {reference}'s median / this one's (n/a where {reference} did not run)"
+            f" speedup = {reference}'s median / this one's (n/a where {reference} did not run);"
+            " of ceil = share of the measured ceiling of its bound (matmul in its dtype, or copy)"
         )
+        check = timing_check_line(results)
+        if check:
+            lines.append(check)
     relative = relative_to_fastest(results, reference)
     groups: dict[str, list[CaseResult]] = {}
     for r in results:
@@ -96,7 +129,7 @@ def render(results: Sequence[CaseResult], device: DeviceInfo | None, skips: Iter
         lines.append("")
         lines.append(f"{group}: {first.case.describe()}, {first.work.flops / 1e9:,.3f} GFLOP per call")
         members = sorted(members, key=lambda r: r.median_s)
-        lines.extend(_table([COLUMNS, *(row(r, relative[r.case.id].slowdown, relative[r.case.id].speedup)
+        lines.extend(_table([COLUMNS, *(row(r, relative[r.case.id].slowdown, relative[r.case.id].speedup, ceilings)
                                         for r in members)]))
         how = [f"{r.case.backend}: {r.expression}" for r in members if r.expression]
         if len({r.expression for r in members if r.expression}) > 1:

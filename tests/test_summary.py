@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 from pytest_attn.case import AttnCase, Mask
 from pytest_attn.device import DeviceInfo
 from pytest_attn.flops import work
@@ -61,3 +63,27 @@ def test_each_result_against_the_fastest_expression_of_the_same_mask():
             " call)): 5.30x slower than flash-attn (causal=True) for the same mask") in text
     assert "flashinfer-packed (" not in text.split("slow paths")[1]  # 1.2x is under the 1.5x threshold
     assert "mask as: flash-attn: causal=True; flashinfer-packed:" in text
+
+
+def test_share_of_the_measured_ceiling_by_bound_and_the_timing_self_check_line():
+    from pytest_attn.ceilings import Ceilings
+    from pytest_attn.selfcheck import TimingCheck
+    from pytest_attn.summary import ceiling_fraction
+
+    compute, decode = result("sdpa-cudnn", 192e-6), result("sdpa-cudnn", 9e-6)
+    assert compute.figures.bound == "compute"
+    ceilings = Ceilings({"bf16": compute.figures.tflops * 2}, copy_tbps=4.0)
+    assert ceiling_fraction(compute, ceilings) == 0.5
+    assert ceiling_fraction(compute, Ceilings({}, 4.0)) is None  # no matmul in bf16 measured
+    assert ceiling_fraction(compute, None) is None
+    mem = dataclasses.replace(decode, figures=dataclasses.replace(decode.figures, bound="memory", tbps=1.0))
+    assert ceiling_fraction(mem, ceilings) == 0.25
+    text = "\n".join(render([compute], H200, ceilings=ceilings))
+    row = next(line for line in text.splitlines() if line.strip().startswith("sdpa-cudnn")).split()
+    assert row[9] == "50.0%"  # "of ceil", after MFU@clk
+    assert "timing self-check" not in text
+    checked = [dataclasses.replace(compute, timing_check=TimingCheck(192e-6, 190e-6)),
+               dataclasses.replace(result("flex", 1e-3), timing_check=TimingCheck(1e-3, 0.8e-3))]
+    text = "\n".join(render(checked, H200))
+    assert ("timing self-check: 2 cases, reported median / profiler kernel time 1.011 to 1.250; 1 beyond 5%"
+            " (see the notes)") in text
