@@ -43,6 +43,30 @@ class GateState:
 GATE = pytest.StashKey[GateState]()
 
 
+class JsonSink(os.PathLike[str]):
+    """A ``--benchmark-json`` target that every pytest-benchmark takes: 5.3 opens the option's path
+    (``open(path, "wb")``), 5.2 gets an open file from argparse and writes in ``with option as fh``
+    (seen on the GPU machine: a plain Path failed there with "'PosixPath' object has no attribute
+    'write'")."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fh: Any = None
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __enter__(self) -> Any:
+        self._fh = open(self.path, "wb")  # closed in __exit__
+        return self._fh
+
+    def __exit__(self, *exc: object) -> None:
+        self._fh.close()
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("attn")
     group.addoption("--attn-baseline", default="auto", metavar="PATH|auto|off",
@@ -80,7 +104,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # pytest-benchmark hands its JSON to pytest_benchmark_update_json only when it writes one
         import tempfile
 
-        config.option.benchmark_json = Path(tempfile.mkdtemp(prefix="pytest-attn-")) / "run.json"
+        config.option.benchmark_json = JsonSink(Path(tempfile.mkdtemp(prefix="pytest-attn-")) / "run.json")
     config.stash[GATE] = GateState(
         thresholds=Thresholds.build(default, overrides),
         baseline=config.getoption("attn_baseline"),

@@ -202,3 +202,16 @@ def test_plots_are_written(tmp_path, run):
     written = write_plots(tmp_path / "rep", run)
     assert [Path(w).name for w in written] == ["tflops_vs_seqlen.png", "roofline.png"]
     assert all(Path(w).stat().st_size > 1000 for w in written)
+
+
+def test_the_forced_json_target_works_for_both_pytest_benchmark_styles(tmp_path):
+    from pytest_attn.gating import JsonSink
+
+    sink = JsonSink(tmp_path / "run.json")
+    with open(sink, mode="wb") as fh:  # pytest-benchmark 5.3: the option is a path
+        fh.write(b"{}")
+    assert (tmp_path / "run.json").read_bytes() == b"{}"
+    with sink as fh:  # pytest-benchmark 5.2: the option is an open file, used as a context manager
+        fh.write(b"[1]")
+    assert (tmp_path / "run.json").read_bytes() == b"[1]" and fh.closed
+    assert str(sink) == str(tmp_path / "run.json")
