@@ -32,16 +32,22 @@ def _window_with_more_queries(case: AttnCase) -> bool:
 
 
 def _small_head_split_kv(case: AttnCase) -> bool:
-    # a single query with GQA counts as several: flash-attn folds the query heads of each kv head into
-    # the query dimension there (its "seqlenq_ngroups_swapped" path)
-    rows = case.max_seqlen_q if case.max_seqlen_q > 1 else case.heads_q // case.heads_kv
-    return case.head_dim_qk <= 32 and rows >= 2 and case.max_seqlen_k > 256
+    return case.head_dim_qk <= 32 and _query_rows(case) >= 2 and case.max_seqlen_k > 256
+
+
+def _folded(case: AttnCase) -> bool:
+    # flash-attn's "seqlenq_ngroups_swapped": one query, more query than kv heads, no window -- the query
+    # heads of each kv head are folded into the query dimension
+    return case.max_seqlen_q == 1 and case.heads_q > case.heads_kv and case.mask.kind != "window"
+
+
+def _query_rows(case: AttnCase) -> int:
+    return case.heads_q // case.heads_kv if _folded(case) else case.max_seqlen_q
 
 
 def _small_head_varlen_decode(case: AttnCase) -> bool:
     # the varlen front end takes the split-KV path only for that folded single-query case
-    return (case.head_dim_qk <= 32 and case.max_seqlen_q == 1 and case.heads_q > case.heads_kv
-            and case.max_seqlen_k > 256)
+    return case.head_dim_qk <= 32 and _folded(case) and case.max_seqlen_k > 256
 
 
 def _example(backend: str, sq: int, sk: int, d: int, mask: Mask) -> str:

@@ -8,7 +8,7 @@ compares the slowed run with the stored baseline.
 
 A spinning kernel draws little power: on a GPU held at its power cap, the attention kernel after it
 runs at a higher clock, so compute-bound cases slow down by less than asked (on an H200, 6 % asked
-gave +3.5 to +4.7 % on the HunyuanVideo forward).
+gave +2.7 to +4.7 % on the HunyuanVideo forward).
 """
 
 from __future__ import annotations
