@@ -12,8 +12,25 @@ def _points(run: dict[str, Any]) -> list[dict[str, Any]]:
     for bench in run.get("benchmarks", []):
         info = bench.get("extra_info") or {}
         if isinstance(info.get("tflops"), (int, float)) and info.get("backend"):
-            out.append(info)
+            direction = "fwd+bwd" if str(bench.get("name", "")).endswith("fwdbwd]") else "fwd"
+            out.append({**info, "direction": direction})
     return out
+
+
+PANELS = ("prefill (seqlen_q = seqlen_k)", "decode and chunked prefill (seqlen_q < seqlen_k)")
+
+
+def throughput_series(points: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[tuple[int, float]]]:
+    """(panel, back end, direction) -> sorted (max seqlen_k, TFLOP/s): prefill-like cases apart from
+    decode steps, whose TFLOP/s are two orders of magnitude lower at the same key length. Pure."""
+    series: dict[tuple[str, str, str], list[tuple[int, float]]] = {}
+    for p in points:
+        sq, sk = p.get("max_seqlen_q"), p.get("max_seqlen_k")
+        if not isinstance(sk, int):
+            continue
+        panel = PANELS[1] if isinstance(sq, int) and sq < sk else PANELS[0]
+        series.setdefault((panel, p["backend"], p["direction"]), []).append((sk, p["tflops"]))
+    return {key: sorted(xy) for key, xy in sorted(series.items())}
 
 
 def write_plots(folder: Path, run: dict[str, Any]) -> list[str]:
@@ -30,30 +47,34 @@ def write_plots(folder: Path, run: dict[str, Any]) -> list[str]:
         return ["plots skipped: no timed results in this run"]
     folder.mkdir(parents=True, exist_ok=True)
     written = []
-    by_backend: dict[str, list[tuple[int, float]]] = {}
-    for p in points:
-        if isinstance(p.get("max_seqlen_k"), int):
-            by_backend.setdefault(p["backend"], []).append((p["max_seqlen_k"], p["tflops"]))
-    if not by_backend:
+    series = throughput_series(points)
+    if not series:
         written.append("TFLOP/s plot skipped: the results carry no max_seqlen_k")
     else:
-        written.append(_throughput(plt, folder, by_backend))
+        written.append(_throughput(plt, folder, series))
     written += _roofline(plt, folder, points)
     return written
 
 
-def _throughput(plt: Any, folder: Path, by_backend: dict[str, list[tuple[int, float]]]) -> str:
-    fig, ax = plt.subplots(figsize=(8, 5))
-    ax.set_prop_cycle(color=plt.cm.tab20.colors)
-    for backend, xy in sorted(by_backend.items()):
-        xy.sort()
-        ax.plot([x for x, _ in xy], [y for _, y in xy], marker="o", label=backend)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("keys per sequence (max seqlen_k)")
-    ax.set_ylabel("TFLOP/s (exact-mask FLOPs)")
-    ax.set_title("Attention throughput by back end")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
+def _throughput(plt: Any, folder: Path, series: dict[tuple[str, str, str], list[tuple[int, float]]]) -> str:
+    """One panel for prefill-like cases, one for decode steps; a colour per back end, a marker per
+    direction, points only (cases of one key length differ in heads and batch: no line joins them)."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5))
+    backends = sorted({b for _, b, _ in series})
+    colours = {b: plt.cm.tab20.colors[i % 20] for i, b in enumerate(backends)}
+    for ax, panel in zip(axes, PANELS, strict=True):
+        mine = {k: xy for k, xy in series.items() if k[0] == panel}
+        for (_, backend, direction), xy in mine.items():
+            ax.scatter([x for x, _ in xy], [y for _, y in xy], color=colours[backend],
+                       marker="^" if direction == "fwd+bwd" else "o", label=f"{backend} {direction}", s=22)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("keys per sequence (max seqlen_k)")
+        ax.set_ylabel("TFLOP/s (exact-mask FLOPs)")
+        ax.set_title(panel if mine else f"{panel}: none in this run", fontsize=9)
+        ax.grid(True, alpha=0.3)
+        if mine:
+            ax.legend(fontsize=7)
+    fig.suptitle("Attention throughput by back end")
     fig.tight_layout()
     fig.savefig(folder / "tflops_vs_seqlen.png", dpi=120)
     plt.close(fig)

@@ -215,3 +215,20 @@ def test_the_forced_json_target_works_for_both_pytest_benchmark_styles(tmp_path)
         fh.write(b"[1]")
     assert (tmp_path / "run.json").read_bytes() == b"[1]" and fh.closed
     assert str(sink) == str(tmp_path / "run.json")
+
+
+def test_throughput_plot_keeps_decode_steps_apart_from_prefill():
+    # the committed H200 baseline: decode steps at 256-32768 keys sit two orders of magnitude below
+    # prefill at the same key length; one line through both zigzagged on the first H200 report
+    from pytest_attn.plots import PANELS, _points, throughput_series
+
+    run = json.loads((Path(__file__).parents[1] / "baselines" / "nvidia-h200" / "baseline.json").read_text())
+    series = throughput_series(_points(run))
+    decode = {k: xy for k, xy in series.items() if k[0] == PANELS[1]}
+    prefill = {k: xy for k, xy in series.items() if k[0] == PANELS[0]}
+    assert ("decode and chunked prefill (seqlen_q < seqlen_k)", "sdpa-cudnn", "fwd") in decode
+    assert ("prefill (seqlen_q = seqlen_k)", "flash-attn", "fwd+bwd") in prefill
+    assert max(y for xy in decode.values() for _, y in xy) < 50 < min(
+        y for k, xy in prefill.items() if k[2] == "fwd+bwd" for _, y in xy)
+    assert sum(len(xy) for xy in series.values()) == len(run["benchmarks"])
+    assert all(xy == sorted(xy) for xy in series.values())
