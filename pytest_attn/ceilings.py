@@ -69,19 +69,22 @@ class CeilingCache:
         out = [f"{key.split(':')[0]}: {c.describe()}" for key, c in self._by_device.items()]
         return out + [f"ceiling not measured ({what}): {why}" for what, why in self.failed.items()]
 
+    @staticmethod
+    def _key(device_info: Any) -> str:
+        return f"{device_info.name}:{device_info.index or 0}"
+
     def measured(self, device_info: Any) -> Ceilings | None:
         """What was measured on this device so far (nothing new is measured)."""
         if device_info is None or not device_info.is_cuda:
             return None
-        return self._by_device.get(f"{device_info.name}:{device_info.index or 0}")
+        return self._by_device.get(self._key(device_info))
 
     def get(self, device_info: Any, dtype: str) -> Ceilings | None:
         if not device_info.is_cuda:
             return None
         import torch
 
-        key = f"{device_info.name}:{device_info.index or 0}"
-        ceilings = self._by_device.setdefault(key, Ceilings())
+        ceilings = self._by_device.setdefault(self._key(device_info), Ceilings())
         dev = torch.device("cuda", device_info.index or 0)
         try:  # a diagnostic: if it cannot be measured (memory, an odd GPU), the case still stands
             if dtype in ("fp16", "bf16") and dtype not in ceilings.matmul_tflops and dtype not in self.failed:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from .case import DIRECTIONS, DTYPES
 from .catalog import PROFILES, Variant
@@ -55,12 +56,15 @@ def timer(text: str) -> str:
     return text
 
 
-def positive_float(what: str) -> Callable[[str], float]:
-    def convert(text: str) -> float:
+Number = TypeVar("Number", int, float)
+
+
+def _positive(what: str, parse: Callable[[str], Number], noun: str) -> Callable[[str], Number]:
+    def convert(text: str) -> Number:
         try:
-            value = float(text)
+            value = parse(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be a number, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"{what} must be {noun}, got {text!r}") from None
         if not value > 0:
             raise argparse.ArgumentTypeError(f"{what} must be positive, got {text!r}")
         return value
@@ -68,17 +72,12 @@ def positive_float(what: str) -> Callable[[str], float]:
     return convert
 
 
-def positive_int(what: str) -> Callable[[str], int]:
-    def convert(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be a whole number, got {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{what} must be positive, got {text!r}")
-        return value
+def positive_float(what: str) -> Callable[[str], float]:
+    return _positive(what, float, "a number")
 
-    return convert
+
+def positive_int(what: str) -> Callable[[str], int]:
+    return _positive(what, int, "a whole number")
 
 
 def precision(text: str) -> float:

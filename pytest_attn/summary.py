@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from .ceilings import fractions
 from .relative import relative_to_fastest, slow_path_lines
 
 if TYPE_CHECKING:
@@ -45,13 +46,10 @@ def fmt_num(value: float | None, digits: int = 1) -> str:
 def ceiling_fraction(result: CaseResult, ceilings: Ceilings | None) -> float | None:
     """The case's share of the measured ceiling of its bound: the matmul's TFLOP/s in its dtype when
     compute-bound, the copy's TB/s when memory-bound (None where not measured)."""
-    if ceilings is None:
-        return None
     f = result.figures
-    if f.bound == "compute":
-        mm = ceilings.matmul_tflops.get(result.case.dtype)
-        return f.tflops / mm if mm else None
-    return f.tbps / ceilings.copy_tbps if ceilings.copy_tbps else None
+    shares = fractions(f.tflops, f.tbps, result.case.dtype, ceilings)
+    value = shares["fraction_of_matmul" if f.bound == "compute" else "fraction_of_copy"]
+    return float(value) if value is not None else None
 
 
 def row(result: CaseResult, slowdown: float = 1.0, speedup: float | None = None,
