@@ -9,10 +9,16 @@ import argparse
 import json
 import sys
 
+from pytest_attn.verdicts.runs import Bench, benches
 
-def load(path: str) -> dict[str, dict]:
+
+def load(path: str) -> dict[str, Bench]:
     with open(path) as fh:
-        return {b["name"]: b for b in json.load(fh)["benchmarks"]}
+        return benches(json.load(fh))
+
+
+def clock(bench: Bench) -> float | None:
+    return bench.record.clocks.sm_clock_mhz if bench.record is not None else None
 
 
 def main() -> int:
@@ -24,14 +30,13 @@ def main() -> int:
     a, b = load(args.a), load(args.b)
     worst = 0.0
     for name in sorted(set(a) & set(b)):
-        ma, mb = a[name]["stats"]["median"], b[name]["stats"]["median"]
+        ma, mb = a[name].median_s, b[name].median_s
         if ma * 1e3 < args.min_ms:
             continue
         diff = (mb - ma) / ma
         worst = max(worst, abs(diff))
-        ca = a[name]["extra_info"].get("sm_clock_mhz")
-        cb = b[name]["extra_info"].get("sm_clock_mhz")
-        print(f"{name:70s} {ma*1e3:10.4f} ms {mb*1e3:10.4f} ms {diff*100:+7.2f}%  clocks {ca} / {cb}")
+        print(f"{name:70s} {ma*1e3:10.4f} ms {mb*1e3:10.4f} ms {diff*100:+7.2f}%  clocks {clock(a[name])} /"
+              f" {clock(b[name])}")
     print(f"largest difference: {worst*100:.2f}%")
     return 0
 

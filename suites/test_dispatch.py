@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_attn.case import Mask
-from pytest_attn.catalog import QWEN25_7B, VIDEO_8K, decode_shape
-from pytest_attn.dispatch import check_kernels
+from pytest_attn.core.case import Mask
+from pytest_attn.core.catalog import QWEN25_7B, VIDEO_8K, decode_shape
+from pytest_attn.core.kernel_names import check_kernels
 
 SPLIT = ("flash_fwd_splitkv_kernel", "flash_fwd_splitkv_combine_kernel")
 

@@ -1,4 +1,4 @@
-"""The known-failure ledger (pytest_attn/ledger.py): each entry's example must still fail. One that
+"""The known-failure ledger (pytest_attn/fuzz/ledger.py): each entry's example must still fail. One that
 passes means the library fixed it: the test fails so the entry gets removed (and the fuzzer covers
 those cases again)."""
 
@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_attn.fuzz import case_from_json, run_example
-from pytest_attn.ledger import LEDGER
+from pytest_attn.backends.base import refusal
+from pytest_attn.core.codec import case_from_json
+from pytest_attn.fuzz.fuzzer import run_example
+from pytest_attn.fuzz.ledger import LEDGER
 
 
 @pytest.mark.parametrize("entry", LEDGER, ids=[f"{e.backend}: {e.covers}" for e in LEDGER])
@@ -16,11 +18,10 @@ def test_known_failure_still_fails(attn_fuzzer, entry):
     assert entry.matches(case), f"the ledger entry's example is not one it covers: {entry.example}"
     backend = attn_fuzzer.registry.get(case.backend)
     device = attn_fuzzer.device
-    why = ("no CUDA device" if backend.needs_cuda and not device.is_cuda else None) or backend.available() or \
-        backend.supports(case, device)
+    why = refusal(backend, case, device)
     if why:
         pytest.skip(why)
     check = run_example(case, backend, attn_fuzzer.device, seed)
     if check.ok:
         pytest.fail(f"{entry.backend} now passes the ledger's example ({entry.reason}; {entry.link}): remove the"
-                    f" entry from pytest_attn/ledger.py. {check.describe(case)}")
+                    f" entry from pytest_attn/fuzz/ledger.py. {check.describe(case)}")

@@ -1,6 +1,6 @@
 """Correctness fuzzing: every selected back end, forward and forward+backward, on varlen batches.
 
-One property per back end and direction, the same strategies for all (pytest_attn.strategies):
+One property per back end and direction, the same strategies for all (pytest_attn.fuzz.strategies):
 ragged batches with lengths at tile edges, q/k lengths that differ (cross-attention, chunked prefill,
 decode), every GQA ratio, the head dims and dtypes each back end takes, none / causal / window /
 block-sparse / prefix-LM masks, explicit softmax scales. Every output element (and gradient) is

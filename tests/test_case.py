@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_attn.case import AttnCase, CaseError, Mask
+from pytest_attn.core.case import AttnCase, CaseError, Mask
 
 
 def dense(**kw):

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_attn.catalog import PROFILES, SHAPES, SHAPES_BY_NAME, profile_variants
+from pytest_attn.core.catalog import PROFILES, SHAPES, SHAPES_BY_NAME, profile_variants
 
 
 def test_real_model_shapes():

@@ -1,4 +1,4 @@
-"""Clock locking against a fake NVML only (never a real GPU's clocks), and throttle classification."""
+"""Clock locking (pytest_attn.engine.clocks) against a fake NVML only, never a real GPU's clocks."""
 
 from __future__ import annotations
 
@@ -6,9 +6,8 @@ import signal
 
 import pytest
 
-from pytest_attn import clocks
-from pytest_attn.clocks import ClockLocker, ClockLockError, LockRequest, NoPermission, parse_lock
-from pytest_attn.throttle import assess, is_throttled, reason_names
+from pytest_attn.engine import clocks
+from pytest_attn.engine.clocks import ClockLocker, ClockLockError, LockRequest, NoPermission, parse_lock
 
 
 class FakeControl:
@@ -121,13 +120,13 @@ def test_restore_failure_is_warned_with_the_manual_fix(monkeypatch):
 
 SUITE = '''
 import pytest
-from pytest_attn.case import AttnCase
+from pytest_attn.core.case import AttnCase
 
 
 def test_measured(attn_bench):
     r = attn_bench(AttnCase.dense(backend="sdpa-math", shape="t", batch=1, seqlen_q=8, heads_q=2, head_dim=8,
                                   dtype="fp32"))
-    assert r.extra_info()["clock_lock"] == "locked at 1980 MHz"
+    assert r.clocks.lock == "locked at 1980 MHz"
 
 
 def test_fails():
@@ -153,47 +152,3 @@ def test_plugin_require_without_permission_stops_at_start_up(pytester, monkeypat
     result = pytester.runpytest("-p", "no:cacheprovider", "--attn-lock-clocks=max:require")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*no permission to lock clocks. locking GPU clocks needs root*"])
-
-
-def test_throttle_classification():
-    assert reason_names(0x4 | 0x40) == ["power cap", "thermal (hardware)"]
-    assert is_throttled(0x4) and not is_throttled(0x1) and not is_throttled(None)
-    keep, report = assess([0x4, 0x0, 0x4 | 0x20, 0x1, None], [1650, 1980, 1400, 1980, None], 1980, drop=True)
-    assert keep == [0, 1, 3, 4]  # 1400 < 75 % of 1980
-    assert (report.samples, report.throttled, report.dropped) == (5, 2, 1)
-    assert report.reasons == {"power cap": 2, "thermal (software)": 1}
-    assert report.describe() == ("2/5 samples throttled (power cap 2, thermal (software) 1); 1 dropped under 75% of"
-                                 " the nominal clock")
-    assert not report.mostly_throttled
-    _, mostly = assess([0x4, 0x4, 0x0], [1650, 1650, 1980], 1980)
-    assert mostly.mostly_throttled and mostly.dropped == 0
-    _, unknown = assess([None, None], [None, None], None)
-    assert not unknown.known and "not known" in unknown.describe()
-    keep_all, _ = assess([0x4], [100], 1980, drop=True)
-    assert keep_all == [0]  # never drop every sample
-
-
-def test_timing_self_check():
-    from pytest_attn.selfcheck import TimingCheck
-
-    ok = TimingCheck(15.83e-6, 15.84e-6)
-    assert ok.ok and ok.describe() == ("reported median 15.83 us agrees with the profiler's kernel time 15.84 us"
-                                       " (ratio 0.999, tolerance 5%)")
-    launch_bound = TimingCheck(100e-6, 14e-6)  # one event pair around a 14 us call
-    assert not launch_bound.ok and "DIFFERS" in launch_bound.describe()
-    assert TimingCheck(1e-3, 0.0).ratio == float("inf")  # a graph that captured no kernel
-    assert launch_bound.as_extra_info()["verify_ok"] is False
-
-
-def test_ceiling_fractions():
-    from pytest_attn.ceilings import CeilingCache, Ceilings, fractions
-    from pytest_attn.device import DeviceInfo
-
-    c = Ceilings({"bf16": 750.0}, 4.0)
-    assert fractions(600.0, 1.0, "bf16", c) == {"ceiling_matmul_tflops": 750.0, "fraction_of_matmul": 0.8,
-                                                "ceiling_copy_tbps": 4.0, "fraction_of_copy": 0.25}
-    assert fractions(600.0, 1.0, "fp16", c)["fraction_of_matmul"] is None  # not measured for fp16
-    assert fractions(1.0, 1.0, "bf16", None)["fraction_of_copy"] is None
-    assert c.describe() == "measured ceilings: bf16 matmul 750.0 TFLOP/s, copy 4.00 TB/s"
-    cpu = DeviceInfo(kind="cpu", name="cpu", torch_version="x")
-    assert CeilingCache().get(cpu, "bf16") is None  # nothing measured without a GPU

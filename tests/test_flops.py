@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_attn import flops
-from pytest_attn.case import AttnCase, Mask
-from pytest_attn.masks import dense_mask_np
+from pytest_attn.core import flops
+from pytest_attn.core.case import AttnCase, Mask
+from pytest_attn.core.masks import dense_mask_np
 
 
 def case(sq, sk, mask=Mask.none(), *, batch=1, hq=2, hkv=2, d=8, dv=None, dtype="bf16", direction="fwd"):

@@ -1,4 +1,5 @@
-"""HBM traffic through ncu: the command, the CSV parser, and every way it can fail (a fake ncu)."""
+"""HBM traffic through ncu (pytest_attn.engine.hbm): the command, the CSV parser, and every way it can
+fail (a fake ncu)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import sys
 
 import pytest
 
-from pytest_attn import hbm
+from pytest_attn.core.record import Hbm
+from pytest_attn.engine import hbm
 
 HEADER = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
           "Grid Size", "Device", "CC", "Section Name", "Metric Name", "Metric Unit", "Metric Value")
@@ -43,7 +45,7 @@ def test_command_keeps_clocks_and_profiles_one_call():
     cmd = hbm.ncu_command("/usr/bin/ncu", "{}")
     assert cmd[:9] == ["/usr/bin/ncu", "--metrics", "dram__bytes_read.sum,dram__bytes_write.sum", "--clock-control",
                        "none", "--profile-from-start", "off", "--csv", "--target-processes"]
-    assert cmd[-3:] == ["-m", "pytest_attn.hbm", "{}"]
+    assert cmd[-3:] == ["-m", "pytest_attn.engine.hbm", "{}"]
 
 
 def _fake_ncu(tmp_path, monkeypatch, output: str, code: int = 0):
@@ -56,10 +58,10 @@ def _fake_ncu(tmp_path, monkeypatch, output: str, code: int = 0):
 def test_measure_with_a_fake_ncu(tmp_path, monkeypatch):
     _fake_ncu(tmp_path, monkeypatch, CSV)
     traffic = hbm.measure("{}", min_bytes=2_000_000_000)
-    assert isinstance(traffic, hbm.Traffic)
+    assert isinstance(traffic, Hbm)
     assert traffic.amplification == pytest.approx((1.92e9 + 1.024e6 + 687.24e6 + 512) / 2e9)
     assert traffic.describe().startswith("HBM read 1.921 GB, written 0.687 GB over 2 kernels; minimal 2.000 GB")
-    assert traffic.as_extra_info()["hbm_kernels"] == 2
+    assert traffic.kernels == 2
 
 
 def test_measure_says_why_not(tmp_path, monkeypatch):

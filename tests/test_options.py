@@ -1,10 +1,14 @@
+"""Every --attn-* converter (pytest_attn.plugin.options): bad values are refused at start-up with the
+option's name and the valid values."""
+
 from __future__ import annotations
 
 import argparse
+import math
 
 import pytest
 
-from pytest_attn import options as opt
+from pytest_attn.plugin import options as opt
 
 
 def test_comma_lists_validate_each_item():
@@ -23,14 +27,66 @@ def test_profile_timer_precision_and_numbers():
     with pytest.raises(argparse.ArgumentTypeError, match="unknown timer 'wall'"):
         opt.timer("wall")
     assert opt.precision("0.005") == 0.005 and opt.precision("2%") == pytest.approx(0.02)
-    for bad in ("0", "1.5", "x"):
-        with pytest.raises(argparse.ArgumentTypeError, match="precision"):
+    for bad in ("0", "1.5", "x", "100%", "nan"):
+        with pytest.raises(argparse.ArgumentTypeError, match="--attn-precision"):
             opt.precision(bad)
     assert opt.positive_float("--attn-peak-tflops")("989") == 989.0
     with pytest.raises(argparse.ArgumentTypeError, match="--attn-peak-tflops must be positive"):
         opt.positive_float("--attn-peak-tflops")("-1")
-    with pytest.raises(argparse.ArgumentTypeError, match=">= 5"):
+    with pytest.raises(argparse.ArgumentTypeError, match=r"--attn-min-samples must be >= 5"):
         opt.min_samples("3")
+
+
+@pytest.mark.parametrize("text", ["inf", "-inf", "nan", "1e999"])
+def test_numbers_must_be_finite(text):
+    with pytest.raises(argparse.ArgumentTypeError, match="--attn-max-time must be a finite number"):
+        opt.positive_float("--attn-max-time")(text)
+
+
+def test_percentages_are_never_read_a_hundred_times_too_large():
+    assert opt.threshold("5%") == opt.threshold("0.05") == 0.05
+    assert opt.threshold("500%") == 5.0
+    with pytest.raises(argparse.ArgumentTypeError, match="'500' reads as 50000%: write it with a % sign"):
+        opt.threshold("500")
+    with pytest.raises(argparse.ArgumentTypeError, match="less than 1000%"):
+        opt.threshold("1000%")
+    with pytest.raises(argparse.ArgumentTypeError, match="is not a number or a percentage"):
+        opt.threshold("fast")
+    assert opt.inject_slowdown("6%") == pytest.approx(0.06)
+    assert opt.threshold_for("backend:flex=10%") == ("backend", "flex", pytest.approx(0.1))
+    with pytest.raises(argparse.ArgumentTypeError, match="must look like backend:NAME=10%"):
+        opt.threshold_for("flex=10%")
+
+
+def test_hbm_pattern_and_head_dims_and_clock_lock():
+    assert opt.hbm_pattern("hunyuan|llama").search("flash-attn-hunyuan-video")
+    with pytest.raises(argparse.ArgumentTypeError, match=r"--attn-hbm: '\(' is not a regular expression"):
+        opt.hbm_pattern("(")
+    assert opt.fuzz_head_dims("64,128") == (64, 128)
+    with pytest.raises(argparse.ArgumentTypeError, match="head dims must be positive integers"):
+        opt.fuzz_head_dims("0")
+    assert opt.lock_clocks("max:require").target == "max"
+    with pytest.raises(argparse.ArgumentTypeError, match="--attn-lock-clocks='fast'"):
+        opt.lock_clocks("fast")
+
+
+def test_defaults_are_converted_values():
+    # pytest --help configures without converting defaults: each must already be what its converter gives
+    opt.DEFAULTS.clear()
+
+    class Group:
+        def addoption(self, *args, **kwargs):
+            pass
+
+    class Parser:
+        def getgroup(self, *args, **kwargs):
+            return Group()
+
+    opt.add_options(Parser())  # type: ignore[arg-type]
+    defaults = {dest: default for dest, (_, default) in opt.DEFAULTS.items()}
+    assert not any(isinstance(d, str) and d != d.strip() for d in defaults.values())
+    assert defaults["attn_lock_clocks"].off and defaults["attn_threshold"] == 0.05
+    assert defaults["attn_precision"] == 0.01 and math.isfinite(defaults["attn_precision"])
 
 
 def test_backend_names_resolve_against_the_registry():
@@ -41,6 +97,6 @@ def test_backend_names_resolve_against_the_registry():
         opt.AttnOptions(backends=("flash",)).resolve_backends(["a", "b"], ["a"])
 
 
-def test_stop_rule_from_profile_and_override():
-    assert opt.AttnOptions().stop_rule("cpu").max_time_s == 0.5
-    assert opt.AttnOptions(max_time_s=7.0, precision=0.005).stop_rule("smoke").max_time_s == 7.0
+def test_time_cap_by_profile_and_override():
+    assert opt.AttnOptions().max_time_for("cpu") == 0.5
+    assert opt.AttnOptions(max_time_s=7.0).max_time_for("smoke") == 7.0

@@ -2,9 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_attn.flops import Work
-from pytest_attn.metrics import figures
-from pytest_attn.peaks import lookup, peak_for
+from pytest_attn.core.peaks import lookup, peak_for
 
 
 @pytest.mark.parametrize(
@@ -71,20 +69,3 @@ def test_user_peak_overrides_the_datasheet():
 def test_fp32_has_no_tensor_core_peak():
     p = peak_for("NVIDIA H200", (9, 0), 132, "fp32")
     assert p.datasheet_tflops is None and "fp32" in p.note
-
-
-def test_figures_mfu_both_ways_and_bound():
-    work = Work(flops=989 * 10**12, fa2_flops=989 * 10**12, min_bytes=10**9, visible_pairs=1, total_pairs=1)
-    p = peak_for("NVIDIA H200", (9, 0), 132, "bf16")
-    f = figures(work, 2.0, p, sm_clock_mhz=1650)  # 494.5 TFLOP/s
-    assert f.tflops == pytest.approx(494.5)
-    assert f.mfu_datasheet == pytest.approx(0.5)
-    assert f.mfu_at_clock == pytest.approx(494.5 / 892.1, rel=1e-3)
-    assert f.tbps == pytest.approx(0.0005)
-    assert f.ridge_intensity == pytest.approx(989 / 4.8)
-    assert f.bound == "compute"
-    small = Work(flops=10**9, fa2_flops=10**9, min_bytes=10**8, visible_pairs=1, total_pairs=1)
-    assert figures(small, 1e-3, p, None).bound == "memory"
-    assert figures(small, 1e-3, p, None).mfu_at_clock is None
-    with pytest.raises(ValueError, match="median_s"):
-        figures(small, 0.0, p, None)

@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from pytest_attn.core.record import Record
+
 pytest.importorskip("torch")
 
 SUITE = '''
@@ -44,11 +46,17 @@ def test_cpu_profile_end_to_end(pytester):
     assert data["machine_info"]["attn_device"]["kind"] == "cpu"
     bench = next(b for b in data["benchmarks"] if b["name"].endswith("[sdpa-math-tiny-gqa-causal-fp32-causal-fwd]"))
     assert bench["group"] == "tiny-gqa-causal-fp32-causal-fwd"
-    extra = bench["extra_info"]
-    assert extra["timer"] == "cpu" and extra["flops_convention"] == "exact-mask"
-    assert extra["tflops"] > 0 and extra["mfu_datasheet"] is None
-    assert bench["stats"]["median"] == pytest.approx(extra["median_s"])  # pytest-benchmark holds our samples
-    assert bench["stats"]["rounds"] == extra["samples"]
+    r = Record.from_json(bench["extra_info"])  # the record of every case, in the benchmark JSON
+    assert r.test == bench["fullname"] and r.case.id == "sdpa-math-tiny-gqa-causal-fp32-causal-fwd"
+    assert (r.case.direction, r.case.dtype, r.case.mask.id) == ("fwd", "fp32", "causal")
+    assert r.case.seqlens_q == (96, 96) and r.case.seqlens_k == (96, 96)
+    assert r.timing.timer == "cpu" and r.figures.flops_convention == "exact-mask"
+    assert r.figures.tflops > 0 and r.figures.mfu_datasheet is None
+    assert r.peers is not None and r.peers.results == 1 and r.peers.speedup == 1.0  # sdpa-efficient needs a GPU
+    assert bench["stats"]["median"] == pytest.approx(r.median_s)  # pytest-benchmark holds our samples
+    assert bench["stats"]["rounds"] == len(r.timing.samples_s)
+    ragged = [Record.from_json(b["extra_info"]) for b in data["benchmarks"] if "tiny-varlen" in b["name"]]
+    assert all(x.case.seqlens_q == (1, 7, 33, 64) for x in ragged)
 
 
 def test_fixtures_for_user_tests(pytester):
@@ -68,7 +76,7 @@ def test_fixtures_for_user_tests(pytester):
         ("--attn-backends=sdpa-math,fa9", "*unknown back end 'fa9'; valid: sdpa-flash, sdpa-efficient*"),
         ("--attn-dtypes=fp64", "*unknown dtype 'fp64'; valid: fp16, bf16, fp32, fp8*"),
         ("--attn-profile=huge", "*unknown profile 'huge'; valid: auto, smoke, default, full, cpu*"),
-        ("--attn-precision=2", "*precision must be between 0 and 1*"),
+        ("--attn-precision=2", "*--attn-precision '2' reads as 200%: write it with a % sign*"),
         ("--attn-timer=wall", "*unknown timer 'wall'*"),
     ],
 )
@@ -143,15 +151,16 @@ def test_relative_figures_reach_the_saved_json(pytester):
                                 "--attn-directions=fwd", "--benchmark-json=out.json")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     benches = json.loads((pytester.path / "out.json").read_text())["benchmarks"]
-    slowdowns = sorted(b["extra_info"]["slowdown_vs_fastest"] for b in benches)
+    peers = [Record.from_json(b["extra_info"]).peers for b in benches]
+    slowdowns = sorted(p.slowdown for p in peers)
     assert len(slowdowns) == 2 and slowdowns[0] == 1.0 and slowdowns[1] > 1.0
-    assert {b["extra_info"]["fastest_backend"] for b in benches} <= {"sdpa-loop", "reference"}
+    assert {p.fastest for p in peers} <= {"sdpa-loop", "reference"}
 
 
 def test_kernel_marker_is_checked_only_where_kernels_are_seen(pytester):
     pytester.makepyfile(test_marked='''
 import pytest
-from pytest_attn.case import AttnCase
+from pytest_attn.core.case import AttnCase
 
 
 @pytest.mark.attn_kernels(must=["flash_fwd_kernel"])
@@ -229,8 +238,12 @@ def test_gate_end_to_end_on_cpu(pytester):
     saved.stdout.fnmatch_lines(["*--attn-save-baseline: nothing saved (no GPU results in this run)*"])
     (pytester.path / "broken.json").write_text("{")
     broken = pytester.runpytest(*args, "--attn-baseline=broken.json")
-    assert broken.ret == pytest.ExitCode.USAGE_ERROR
-    broken.stdout.fnmatch_lines(["*error: baseline broken.json is not valid JSON*"])
+    assert broken.ret == pytest.ExitCode.USAGE_ERROR  # at start-up: nothing measured first
+    broken.stderr.fnmatch_lines(["*--attn-baseline: baseline broken.json is not valid JSON*"])
+    assert "passed" not in broken.stdout.str()
+    missing = pytester.runpytest(*args, "--attn-baseline=nowhere.json")
+    assert missing.ret == pytest.ExitCode.USAGE_ERROR
+    missing.stderr.fnmatch_lines(["*--attn-baseline: baseline nowhere.json cannot be read*"])
 
 
 def test_bad_thresholds_stop_at_start_up(pytester):
@@ -241,9 +254,11 @@ def test_bad_thresholds_stop_at_start_up(pytester):
 
 
 def test_local_history_is_kept_per_gpu(pytester, monkeypatch):
-    import pytest_attn.gating as gating
+    from pytest_attn.engine.nvml import VisibleGpu
+    from pytest_attn.plugin import session
 
-    monkeypatch.setattr(gating, "visible_gpu_name", lambda: "NVIDIA H200")  # what NVML would say
+    h200 = VisibleGpu(0, "GPU-0", "NVIDIA H200", None)  # type: ignore[arg-type]
+    monkeypatch.setattr(session, "visible_devices", lambda: [h200])  # what NVML would say
     pytester.makepyfile(test_suite=SUITE)
     result = pytester.runpytest(*FAST, "--attn-backends=sdpa-math", "--attn-dtypes=fp32", "--attn-directions=fwd",
                                 "-k", "tiny-mha", "--benchmark-autosave")

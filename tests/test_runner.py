@@ -10,10 +10,18 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from pytest_attn.backends import SdpaBackend  # noqa: E402
-from pytest_attn.case import AttnCase, Mask  # noqa: E402
-from pytest_attn.device import DeviceInfo  # noqa: E402
-from pytest_attn.runner import CaseFailed, CaseSkipped, RunSettings, check_can_run, run_case  # noqa: E402
-from pytest_attn.stopping import StopRule, WarmupRule  # noqa: E402
+from pytest_attn.core.case import AttnCase, Mask  # noqa: E402
+from pytest_attn.core.device import DeviceInfo  # noqa: E402
+from pytest_attn.core.record import Record  # noqa: E402
+from pytest_attn.engine.runner import (  # noqa: E402
+    CaseFailed,
+    CaseSkipped,
+    RunSettings,
+    check_can_run,
+    check_case,
+    run_case,
+)
+from pytest_attn.engine.stopping import StopRule, WarmupRule  # noqa: E402
 
 CPU = DeviceInfo(kind="cpu", name="cpu", torch_version=torch.__version__)
 FAST = RunSettings(stop=StopRule(min_samples=5, max_time_s=0.05), warmup=WarmupRule(max_time_s=0.05))
@@ -51,15 +59,14 @@ class FakeBackend:
 
 
 def test_cpu_case_measures_and_reports():
-    result = run_case(case(), SdpaBackend("math"), CPU, FAST)
-    assert result.timer == "cpu" and len(result.samples_s) >= 5
-    assert result.check is not None and result.check.ok
-    info = result.extra_info()
-    for key in ("tflops", "mfu_datasheet", "mfu_at_clock", "tbps", "arithmetic_intensity", "bound",
-                "flops_convention", "timer", "precision", "sm_clock_mhz"):
-        assert key in info
-    assert info["mfu_datasheet"] is None and info["sm_clock_mhz"] is None  # CPU: not known, not invented
-    assert info["flops"] == 2 * 32 * 4 * sum(min(48, i + 1 + 16) for i in range(32)) * 2
+    result = run_case(case(), SdpaBackend("math"), CPU, FAST, label="t.py::test[x]")
+    assert result.timing.timer == "cpu" and len(result.timing.samples_s) >= 5
+    assert result.check is not None and result.check.max_error <= result.check.allowed
+    assert result.test == "t.py::test[x]" and result.case == case() and result.device == CPU
+    assert result.figures.mfu_datasheet is None and result.clocks.sm_clock_mhz is None  # CPU: not known
+    assert result.figures.flops_convention == "exact-mask" and result.figures.tflops > 0
+    assert result.work.flops == 2 * 32 * 4 * sum(min(48, i + 1 + 16) for i in range(32)) * 2
+    assert Record.from_json(result.to_json()) == result
 
 
 def test_fwd_bwd_runs_the_backward():
@@ -68,8 +75,17 @@ def test_fwd_bwd_runs_the_backward():
     assert result.work.flops == round(3.5 * fwd.work.flops)
 
 
-def test_measure_false_checks_and_runs_once():
-    assert run_case(case(), SdpaBackend("math"), CPU, FAST, measure=False) is None
+def test_check_case_checks_and_runs_once():
+    calls = []
+
+    def sdpa(inputs):
+        import torch.nn.functional as F
+
+        calls.append(1)
+        return F.scaled_dot_product_attention(inputs.q, inputs.k, inputs.v, enable_gqa=True)
+
+    assert check_case(case(mask=Mask.none()), FakeBackend(sdpa), CPU, FAST) is None
+    assert len(calls) == 2  # the check's call and one run of the step, nothing timed
 
 
 def test_skips_say_why():

@@ -1,44 +1,10 @@
-from __future__ import annotations
+"""When to stop sampling and warming up (pytest_attn.engine.stopping). Pure."""
 
-import math
+from __future__ import annotations
 
 import pytest
 
-from pytest_attn.stopping import (
-    StopRule,
-    WarmupRule,
-    choose_timer,
-    graph_calls_per_replay,
-    input_sets,
-    median,
-    median_ci,
-    relative_precision,
-    stop_reason,
-    warmup_settled,
-)
-
-
-def test_median():
-    assert median([3.0, 1.0, 2.0]) == 2.0
-    assert median([4.0, 1.0, 2.0, 3.0]) == 2.5
-    with pytest.raises(ValueError):
-        median([])
-
-
-def test_median_ci_uses_order_statistics():
-    xs = [float(i) for i in range(1, 101)]  # n=100: ranks 50 -+ 9.8 -> 0-based 40 .. 59
-    assert median_ci(xs) == (41.0, 60.0)
-    assert relative_precision(xs) == pytest.approx((60 - 41) / 2 / 50.5)
-
-
-def test_precision_needs_five_samples():
-    assert relative_precision([1.0, 1.0, 1.0, 1.0]) == math.inf
-    assert relative_precision([1.0] * 5) == 0.0
-
-
-def test_outliers_do_not_blow_up_precision():
-    xs = [1.0] * 30 + [50.0]  # one huge outlier: the median's CI is unaffected
-    assert relative_precision(xs) == 0.0
+from pytest_attn.engine.stopping import StopRule, WarmupRule, stop_reason, warmup_settled
 
 
 def test_stop_on_precision_only_with_enough_samples():
@@ -85,33 +51,3 @@ def test_long_calls_settle_after_fewer_calls():
     assert warmup_settled([9.0, 1.30, 1.31], 11.6, rule)  # 1.3 s calls: last two agree
     assert not warmup_settled([9.0, 1.6, 1.31], 11.9, rule)
     assert not warmup_settled([9.0, 0.05, 0.05], 9.1, rule)  # short calls need two full windows
-
-
-def test_timer_choice():
-    assert choose_timer("auto", on_cuda=True, call_estimate_s=20e-6) == "kernel-sum"
-    assert choose_timer("auto", on_cuda=True, call_estimate_s=0.2) == "cuda-event"
-    assert choose_timer("auto", on_cuda=False, call_estimate_s=20e-6) == "cpu"
-    assert choose_timer("cuda-graph", on_cuda=True, call_estimate_s=0.2) == "cuda-graph"
-    assert choose_timer("cuda-event", on_cuda=False, call_estimate_s=0.2) == "cpu"
-    with pytest.raises(ValueError, match="timer='wall'"):
-        choose_timer("wall", True, 1.0)
-
-
-def test_graph_calls_and_input_sets():
-    assert graph_calls_per_replay(20e-6) == 100  # capped
-    assert graph_calls_per_replay(1e-3) == 2
-    assert graph_calls_per_replay(10e-3) == 1
-    assert graph_calls_per_replay(20e-6, sets=23) == 115  # whole passes over the input copies
-    assert graph_calls_per_replay(1e-3, sets=3) == 3
-    assert graph_calls_per_replay(90e-6, sets=23) == 23
-    # kernel-sum: a fixed count, whatever the estimate
-    assert graph_calls_per_replay(20e-6, sets=23, kernel_sum=True) == 23
-    assert graph_calls_per_replay(90e-6, sets=23, kernel_sum=True) == 23
-    assert graph_calls_per_replay(3e-3, sets=2, kernel_sum=True) == 8
-    assert graph_calls_per_replay(5e-6, sets=1, kernel_sum=True) == 8
-    l2 = 60 << 20
-    assert input_sets(8 << 20, l2) == 23  # 3 x 60 MiB / 8 MiB
-    assert input_sets(64 << 20, l2) == 3
-    assert input_sets(2 << 30, l2) == 1
-    assert input_sets(1024, l2) == 32  # capped
-    assert input_sets(8 << 20, None) == 1

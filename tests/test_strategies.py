@@ -1,4 +1,5 @@
-"""Strategies: argument checks, shrinking to small readable cases, replayable mask ids; the ledger."""
+"""Hypothesis strategies (pytest_attn.fuzz.strategies): argument checks, shrinking to small readable cases,
+spaces respected."""
 
 from __future__ import annotations
 
@@ -7,18 +8,8 @@ from hypothesis import find, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from pytest_attn.case import AttnCase, Mask
-from pytest_attn.fuzz import case_from_json, case_json
-from pytest_attn.ledger import KnownFailure, known_failure
-from pytest_attn.strategies import (
-    Space,
-    attn_cases,
-    head_layouts,
-    lengths,
-    mask_from_id,
-    masks,
-    varlen_lengths,
-)
+from pytest_attn.core.case import Mask
+from pytest_attn.fuzz.strategies import Space, attn_cases, head_layouts, lengths, masks, varlen_lengths
 
 SPACE = Space(dtypes=("fp32", "bf16"), head_dims=(8, 32), mask_kinds=("none", "causal", "window", "blocksparse",
               "prefixlm"), ragged=True, gqa=True, cross=True, q_longer=True)
@@ -70,13 +61,6 @@ def test_tile_edges_and_long_lengths_are_drawn():
 
 
 @settings(max_examples=100, deadline=None)
-@given(case=attn_cases(backend="x", space=SPACE))
-def test_cases_are_valid_and_replayable(case):
-    again, seed = case_from_json(case_json(case, 7))
-    assert seed == 7 and again == case and again.mask.id == case.mask.id
-
-
-@settings(max_examples=100, deadline=None)
 @given(case=attn_cases(backend="x", space=Space(dtypes=("fp32",), head_dims=(8,), mask_kinds=("causal",),
                                                   ragged=False, gqa=False, cross=True, q_longer=False)))
 def test_spaces_are_respected(case):
@@ -89,54 +73,3 @@ def test_decode_only_spaces_draw_one_query():
                   q_longer=False, queries=1)
     case = find(attn_cases(backend="x", space=space), lambda c: c.batch > 1)
     assert set(case.seqlens_q) == {1}
-
-
-def test_mask_ids_round_trip():
-    for m in (Mask.none(), Mask.causal(), Mask.window(3, -1)):
-        assert mask_from_id(m.id) == m
-    assert mask_from_id("blocksparse4-d25-s3").id == "blocksparse4-d25-s3"
-    assert mask_from_id("prefixlm5").id == "prefixlm5"
-    for name in ("all-true", "causal-topleft", "doc2-3", "doccausal4-4"):
-        assert mask_from_id(name).id == name
-    with pytest.raises(ValueError, match="mask id 'doc3x' cannot be rebuilt from its id"):
-        mask_from_id("doc3x")
-
-
-def test_ledger_covers_by_backend_and_predicate():
-    entry = KnownFailure("lib-x", "head dim 72", lambda c: c.head_dim_qk == 72, example="{}", reason="upstream bug",
-                         link="https://example.org/issue/1")
-    c72 = AttnCase.dense(backend="lib-x", shape="s", batch=1, seqlen_q=4, heads_q=1, head_dim=72)
-    assert known_failure(c72, [entry]) is entry
-    assert known_failure(AttnCase.dense(backend="lib-y", shape="s", batch=1, seqlen_q=4, heads_q=1, head_dim=72),
-                         [entry]) is None
-    assert known_failure(c72) is None  # the shipped ledger has no entry for lib-x
-
-
-def test_shipped_ledger_entries_are_complete_and_cover_their_examples():
-    from pytest_attn.ledger import LEDGER
-
-    assert LEDGER
-    for entry in LEDGER:
-        case, _ = case_from_json(entry.example)
-        assert entry.matches(case), entry.covers
-        assert entry.reason and entry.link.startswith("https://")
-    window = AttnCase("flash-attn", "s", (8,), (4,), 1, 1, 16, 16, mask=Mask.window(2, 0))
-    assert known_failure(window) is not None
-    assert known_failure(AttnCase("flash-attn", "s", (4,), (8,), 1, 1, 16, 16, mask=Mask.window(2, 0))) is None
-
-
-@pytest.mark.parametrize(("backend", "sq", "hq", "hkv", "d", "sk", "covered"), [
-    ("flash-attn", 2, 1, 1, 16, 257, True),
-    ("flash-attn", 1, 1, 1, 16, 257, False),  # one query, no GQA: no split-KV rows to get wrong (passes on an H200)
-    ("flash-attn", 1, 2, 1, 16, 257, True),  # one query, GQA 2:1: folded into two rows (fails on an H200)
-    ("flash-attn", 2, 1, 1, 64, 257, False),
-    ("flash-attn", 2, 1, 1, 16, 256, False),
-    ("flash-attn-varlen", 1, 2, 1, 16, 257, True),
-    ("flash-attn-varlen", 2, 1, 1, 16, 257, False),  # the varlen front end splits only the folded case
-    ("flash-attn-varlen", 1, 1, 1, 32, 300, False),
-    ("flash-attn-varlen", 1, 2, 1, 16, 257, "window"),  # a window keeps flash-attn from folding
-])
-def test_split_kv_ledger_covers_the_folded_single_query(backend, sq, hq, hkv, d, sk, covered):
-    mask = Mask.window(8, 0) if covered == "window" else Mask.none()
-    case = AttnCase(backend, "s", (sq,), (sk,), hq, hkv, d, d, "fp16", mask)
-    assert (known_failure(case) is not None) == (covered is True)

@@ -124,7 +124,7 @@ class TritonExampleBackend:
         return None
 
     def supports(self, case: Any, device: Any) -> str | None:
-        from pytest_attn.masks import flag_form
+        from pytest_attn.core.masks import flag_form
 
         if case.ragged:
             return "triton-example takes a dense batch"
@@ -146,7 +146,7 @@ class TritonExampleBackend:
         return 0
 
     def prepare(self, case: Any, inputs: Any) -> Any:
-        from pytest_attn.masks import flag_form
+        from pytest_attn.core.masks import flag_form
 
         q, k, v = inputs.q, inputs.k, inputs.v
         causal = flag_form(case) == (-1, 0)

@@ -1,10 +1,20 @@
-"""Built-in back ends. Importing this package imports no kernel library and touches no GPU."""
+"""Adapters: one per library entry point, each a small class behind one interface.
+
+:mod:`.base` defines the interface (``available``, ``supports`` -- whose reason is the skip reason word
+for word -- ``prepare``, ``workspace_bytes``), the :class:`~.base.Registry` and :func:`~.base.refusal`,
+the one answer to "can this back end run here". PyTorch (SDPA per kernel, flex, varlen), flash-attn
+(FA2/3/4 entry points) and FlashInfer (single, ragged, paged, decode, block-sparse) each have a module;
+:mod:`.registration` adds back ends from entry points, :mod:`.signature` matches keywords to the
+installed library. Adapters import their library inside methods only, and import nothing above the
+core and the oracle. A new back end goes here (or in your own package, registered by entry point).
+"""
 
 from __future__ import annotations
 
-from .base import Backend, Registry, RegistryError, Unsupported
-from .flash_attn import FLASH_ATTN_BACKENDS, FlashAttnBackend
-from .flashinfer import FLASHINFER_BACKENDS, FlashInferBackend
+from .base import Backend, Registry, RegistryError, Unsupported, refusal
+from .flash_attn import FLASH_ATTN_BACKENDS
+from .flashinfer import PREFILL_BACKENDS
+from .flashinfer_paged import PAGED_BACKENDS
 from .reference import ReferenceBackend
 from .torch_flex import FlexBackend
 from .torch_sdpa import SDPA_BACKENDS, SdpaBackend, SdpaLoopBackend
@@ -14,20 +24,16 @@ from .torch_varlen import VarlenBackend
 def builtin_registry() -> Registry:
     """A fresh registry holding the built-in back ends (library ones skip where not installed)."""
     return Registry([*SDPA_BACKENDS, FlexBackend(), VarlenBackend(), SdpaLoopBackend(), *FLASH_ATTN_BACKENDS,
-                     *FLASHINFER_BACKENDS, ReferenceBackend()])
+                     *PREFILL_BACKENDS[:2], *PAGED_BACKENDS, *PREFILL_BACKENDS[2:],
+                     ReferenceBackend()])
 
 
 __all__ = [
     "Backend",
-    "FlashAttnBackend",
-    "FlashInferBackend",
-    "FlexBackend",
-    "ReferenceBackend",
     "Registry",
     "RegistryError",
     "SdpaBackend",
-    "SdpaLoopBackend",
     "Unsupported",
-    "VarlenBackend",
     "builtin_registry",
+    "refusal",
 ]

@@ -20,15 +20,17 @@ Library imports happen inside methods, never at module import.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import contextlib
+import warnings
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from ..core.case import AttnCase
+from ..core.device import DeviceInfo
+from ..core.layouts import LAYOUTS, Inputs
 
 if TYPE_CHECKING:
     import torch
-
-    from ..case import AttnCase
-    from ..device import DeviceInfo
-    from ..inputs import Inputs
 
 ForwardFn = Callable[[], "torch.Tensor"]
 
@@ -80,8 +82,9 @@ class Registry:
             )
         if not isinstance(backend.name, str) or not backend.name or any(c.isspace() for c in backend.name):
             raise RegistryError(f"{backend!r}: name={backend.name!r} must be a non-empty string without spaces")
-        if backend.layout not in ("bshd", "bhsd", "thd"):
-            raise RegistryError(f"back end {backend.name!r}: layout={backend.layout!r} is not one of bshd, bhsd, thd")
+        if backend.layout not in LAYOUTS:
+            raise RegistryError(f"back end {backend.name!r}: layout={backend.layout!r} is not one of"
+                                f" {', '.join(LAYOUTS)}")
         if backend.name in self._by_name:
             raise RegistryError(f"back end {backend.name!r} is registered twice")
         self._by_name[backend.name] = backend
@@ -98,8 +101,26 @@ class Registry:
     def default_names(self) -> list[str]:
         return [n for n, b in self._by_name.items() if b.default_enabled]
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Backend]:
         return iter(self._by_name.values())
+
+
+def unavailable(backend: Backend, device: DeviceInfo, direction: str = "fwd") -> str | None:
+    """Why ``backend`` cannot run at all here, whatever the case (no GPU, library missing, no backward)."""
+    if backend.needs_cuda and not device.is_cuda:
+        return "no CUDA device"
+    why = backend.available()
+    if why:
+        return why
+    if direction == "fwd+bwd" and not backend.has_backward:
+        return f"{backend.name} has no backward pass"
+    return None
+
+
+def refusal(backend: Backend, case: AttnCase, device: DeviceInfo) -> str | None:
+    """Why ``backend`` cannot run ``case`` on ``device``, or None: the one answer to "can this back end
+    run here", for the benchmarks, the fuzzer and the ledger alike. Static knowledge only (no call)."""
+    return unavailable(backend, device, case.direction) or backend.supports(case, device)
 
 
 def explain_refusal(messages: list[str]) -> list[str]:
@@ -120,21 +141,28 @@ def explain_refusal(messages: list[str]) -> list[str]:
     return [s for s in sections if not s.endswith(":")]
 
 
-def call_or_unsupported(name: str, fn: ForwardFn) -> None:
-    """Run ``fn`` once; turn the library's refusal into :class:`Unsupported` with its own words
+@contextlib.contextmanager
+def library_refusal(name: str, when: str = "", hint: str = "") -> Iterator[None]:
+    """Turn the library's refusal raised inside the block into :class:`Unsupported` with its own words
     (and the warnings it gave, which is where PyTorch's SDPA says why a kernel was not used).
     Out-of-memory is not a refusal: it propagates and fails the case."""
-    import warnings
-
     import torch
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            fn()
+            yield
         except torch.cuda.OutOfMemoryError:
             raise
         except (RuntimeError, ValueError, NotImplementedError) as exc:
             why = explain_refusal([str(w.message) for w in caught])
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise Unsupported("; ".join([f"{name} refused this case: {first}", *why])) from exc
+            head = f"{name} refused this case{f' at {when}' if when else ''}: {first}"
+            raise Unsupported("; ".join([head, *why, *([hint] if hint else [])])) from exc
+
+
+def call_or_unsupported(name: str, fn: ForwardFn) -> None:
+    """Run ``fn`` once (a first call: compilation and autotuning happen here, never in a sample);
+    a refusal becomes :class:`Unsupported` with the library's words (see :func:`library_refusal`)."""
+    with library_refusal(name):
+        fn()

@@ -6,15 +6,13 @@ an unfused implementation costs, or use it as the oracle in your own tests.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..reference import reference_attention
+from ..core.case import AttnCase
+from ..core.device import DeviceInfo
+from ..core.layouts import Inputs
+from ..oracle.reference import reference_attention
 from .base import ForwardFn
-
-if TYPE_CHECKING:
-    from ..case import AttnCase
-    from ..device import DeviceInfo
-    from ..inputs import Inputs
 
 
 class ReferenceBackend:

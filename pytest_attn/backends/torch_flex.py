@@ -12,15 +12,14 @@ error, reported as the case's skip reason, never a silently wrong benchmark.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..masks import dense_mask, effective_mask
+from ..core.case import AttnCase
+from ..core.device import DeviceInfo
+from ..core.layouts import Inputs
+from ..core.mask_tensors import dense_mask
+from ..core.masks import effective_mask
 from .base import ForwardFn, call_or_unsupported
-
-if TYPE_CHECKING:
-    from ..case import AttnCase
-    from ..device import DeviceInfo
-    from ..inputs import Inputs
 
 
 def _compiled_flex() -> Any:

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..masks import dense_mask, effective_mask
+from ..core.case import AttnCase
+from ..core.device import DeviceInfo
+from ..core.layouts import Inputs, sequence
+from ..core.mask_tensors import dense_mask
+from ..core.masks import effective_mask
 from .base import ForwardFn, Unsupported, call_or_unsupported
-
-if TYPE_CHECKING:
-    from ..case import AttnCase
-    from ..device import DeviceInfo
-    from ..inputs import Inputs
 
 _KERNELS = {
     "flash": "FLASH_ATTENTION",
@@ -167,7 +166,6 @@ class SdpaLoopBackend:
         import torch
         import torch.nn.functional as F
 
-        from ..inputs import sequence
 
         calls = []
         for i in range(case.batch):

@@ -8,15 +8,13 @@ installed signature is inspected, never assumed. Alignment is bottom-right (flas
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..masks import effective_mask
+from ..core.case import AttnCase
+from ..core.device import DeviceInfo
+from ..core.layouts import Inputs
+from ..core.masks import effective_mask
 from .base import ForwardFn, Unsupported, call_or_unsupported
-
-if TYPE_CHECKING:
-    from ..case import AttnCase
-    from ..device import DeviceInfo
-    from ..inputs import Inputs
 
 
 def varlen_kwargs(params: set[str], case: AttnCase) -> dict[str, Any]:

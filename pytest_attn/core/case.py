@@ -1,0 +1,291 @@
+"""The attention case: one problem, one back end, validated on construction.
+
+An :class:`AttnCase` is frozen and hashable, and carries everything a back end needs to build its
+inputs and everything the FLOP/byte model needs to count work. Its :attr:`AttnCase.id` is the
+readable pytest id, e.g. ``sdpa-flash-hunyuan-video-bf16-full-fwd``.
+
+Causal alignment: ``Mask.causal()`` is aligned **bottom-right**, as flash-attn and FlashInfer do
+when ``seqlen_q != seqlen_k``: query ``i`` sees keys ``j <= i + (seqlen_k - seqlen_q)``. PyTorch
+SDPA's ``is_causal=True`` is top-left (``tril(diagonal=0)``); the two agree only when the lengths
+are equal, and the SDPA back ends pass an explicit bottom-right mask otherwise.
+
+Sliding window: ``Mask.window(left, right)`` uses flash-attn's convention: query ``i`` sees keys
+in ``[i + sk - sq - left, i + sk - sq + right]``; ``-1`` means unbounded on that side. Causal is
+``window(-1, 0)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+Dtype = Literal["fp16", "bf16", "fp32", "fp8"]
+DTYPES: tuple[str, ...] = ("fp16", "bf16", "fp32", "fp8")
+DTYPE_BYTES: dict[str, int] = {"fp16": 2, "bf16": 2, "fp32": 4, "fp8": 1}
+
+Direction = Literal["fwd", "fwd+bwd"]
+DIRECTIONS: tuple[str, ...] = ("fwd", "fwd+bwd")
+_DIRECTION_IDS = {"fwd": "fwd", "fwd+bwd": "fwdbwd"}
+
+MaskKind = Literal["none", "causal", "window", "custom"]
+MASK_KINDS: tuple[str, ...] = ("none", "causal", "window", "custom")
+
+#: A custom mask: ``fn(seqlen_q, seqlen_k)`` returns a boolean array of shape
+#: ``(seqlen_q, seqlen_k)``, True where the query may see the key.
+MaskFn = Callable[[int, int], np.ndarray]
+#: A custom mask by rows: ``rows_fn(seqlen_q, seqlen_k, rows)`` returns the ``(len(rows), seqlen_k)``
+#: rows of the same array, so a few rows of a 111,856-token mask cost kilobytes, not 12.5 GB.
+MaskRowsFn = Callable[[int, int, np.ndarray], np.ndarray]
+
+
+class CaseError(ValueError):
+    """An invalid case; the message names the field and the value."""
+
+
+@dataclass(frozen=True)
+class Mask:
+    """Which (query, key) pairs are visible. Build with the class methods (or the builders of
+    :mod:`pytest_attn.core.masks`). A custom mask is identified by its name: two with the same name are
+    taken to be the same mask (its visible-pair counts are cached by name and lengths)."""
+
+    kind: str = "none"
+    window_left: int = -1
+    window_right: int = -1
+    name: str = ""
+    fn: MaskFn | None = field(default=None, compare=False, repr=False)
+    rows_fn: MaskRowsFn | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.kind not in MASK_KINDS:
+            raise CaseError(f"mask.kind={self.kind!r} is not one of {', '.join(MASK_KINDS)}")
+        for side in ("window_left", "window_right"):
+            value = getattr(self, side)
+            if not isinstance(value, int) or value < -1:
+                raise CaseError(f"mask.{side}={value!r} must be an int >= -1 (-1 means unbounded)")
+        if self.kind == "custom" and ((self.fn is None and self.rows_fn is None) or not self.name):
+            raise CaseError("a custom mask needs a name and fn(seqlen_q, seqlen_k) -> bool array")
+        if self.kind == "custom" and any(c.isspace() for c in self.name):
+            raise CaseError(f"custom mask name {self.name!r} must have no spaces (it is part of test ids)")
+
+    @classmethod
+    def none(cls) -> Mask:
+        return cls("none")
+
+    @classmethod
+    def causal(cls) -> Mask:
+        """Bottom-right aligned causal mask (flash-attn / FlashInfer convention)."""
+        return cls("causal", -1, 0)
+
+    @classmethod
+    def window(cls, left: int, right: int = 0) -> Mask:
+        return cls("window", left, right)
+
+    @classmethod
+    def custom(cls, name: str, fn: MaskFn | None = None, *, rows_fn: MaskRowsFn | None = None) -> Mask:
+        """A named mask given as a whole array (``fn``) and/or by rows (``rows_fn``, preferred for
+        long sequences). :mod:`pytest_attn.core.masks` has builders for the common ones."""
+        return cls("custom", name=name, fn=fn, rows_fn=rows_fn)
+
+    @classmethod
+    def named(cls, name: str) -> Mask:
+        """A custom mask known by its name only, as a result read back from JSON carries it when
+        :func:`pytest_attn.core.codec.mask_from_id` cannot rebuild it: ids, groups and equality work;
+        asking for its rows says why they are not known."""
+
+        def rows(seqlen_q: int, seqlen_k: int, picked: np.ndarray) -> np.ndarray:
+            raise CaseError(f"mask {name!r} was read back by its name only: its rows are not known here")
+
+        return cls("custom", name=name, rows_fn=rows)
+
+    def rows(self, seqlen_q: int, seqlen_k: int, rows: np.ndarray) -> np.ndarray:
+        """Rows of a custom mask as a bool ``(len(rows), seqlen_k)`` array."""
+        if self.rows_fn is not None:
+            out = np.asarray(self.rows_fn(seqlen_q, seqlen_k, np.asarray(rows)), dtype=bool)
+        else:
+            assert self.fn is not None
+            out = np.asarray(self.fn(seqlen_q, seqlen_k), dtype=bool)
+            if out.shape != (seqlen_q, seqlen_k):
+                raise CaseError(
+                    f"custom mask {self.name!r} returned shape {out.shape}, expected ({seqlen_q}, {seqlen_k})"
+                )
+            out = out[np.asarray(rows)]
+        if out.shape != (len(rows), seqlen_k):
+            raise CaseError(f"custom mask {self.name!r} returned rows of shape {out.shape},"
+                            f" expected ({len(rows)}, {seqlen_k})")
+        return out
+
+    @property
+    def id(self) -> str:
+        if self.kind == "none":
+            return "full"
+        if self.kind == "causal":
+            return "causal"
+        if self.kind == "window":
+            return f"win{self.window_left}-{self.window_right}"
+        return self.name
+
+    @property
+    def bounds(self) -> tuple[int, int] | None:
+        """(left, right) window bounds for causal and window masks, else None."""
+        if self.kind in ("causal", "window"):
+            return (self.window_left, self.window_right)
+        return None
+
+
+@dataclass(frozen=True)
+class AttnCase:
+    """One attention problem on one back end.
+
+    Sequence lengths are per sequence, so a uniform batch of 8 x 1024 is ``seqlens_q=(1024,) * 8``;
+    build it with :meth:`dense`. A batch whose lengths differ is *ragged* and runs only on back ends
+    that take packed (varlen) inputs.
+    """
+
+    backend: str
+    shape: str
+    seqlens_q: tuple[int, ...]
+    seqlens_k: tuple[int, ...]
+    heads_q: int
+    heads_kv: int
+    head_dim_qk: int
+    head_dim_v: int
+    dtype: str = "bf16"
+    mask: Mask = field(default_factory=Mask.none)
+    direction: str = "fwd"
+    softmax_scale: float | None = None
+
+    def __post_init__(self) -> None:
+        _check_name("backend", self.backend)
+        _check_name("shape", self.shape)
+        if not isinstance(self.seqlens_q, tuple) or not isinstance(self.seqlens_k, tuple):
+            raise CaseError("seqlens_q and seqlens_k must be tuples of ints (one length per sequence)")
+        if not self.seqlens_q:
+            raise CaseError("seqlens_q is empty: a case needs at least one sequence")
+        if len(self.seqlens_q) != len(self.seqlens_k):
+            raise CaseError(
+                f"seqlens_q has {len(self.seqlens_q)} sequences but seqlens_k has {len(self.seqlens_k)}:"
+                " give one q length and one k length per sequence"
+            )
+        for name in ("seqlens_q", "seqlens_k"):
+            for i, n in enumerate(getattr(self, name)):
+                if not isinstance(n, int) or isinstance(n, bool):
+                    raise CaseError(f"{name}[{i}]={n!r} is not an int")
+                if n < 0:
+                    raise CaseError(f"{name}[{i}]={n} is negative: lengths must be >= 1")
+                if n == 0:
+                    raise CaseError(f"{name}[{i}]=0: every sequence needs at least one token")
+        for name in ("heads_q", "heads_kv", "head_dim_qk", "head_dim_v"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise CaseError(f"{name}={value!r} must be a positive int")
+        if self.heads_q % self.heads_kv:
+            raise CaseError(
+                f"heads_kv={self.heads_kv} does not divide heads_q={self.heads_q}:"
+                " GQA/MQA needs heads_q to be a multiple of heads_kv"
+            )
+        if self.dtype not in DTYPES:
+            raise CaseError(f"dtype={self.dtype!r} is not one of {', '.join(DTYPES)}")
+        if self.direction not in DIRECTIONS:
+            raise CaseError(f"direction={self.direction!r} is not one of {', '.join(DIRECTIONS)}")
+        if self.softmax_scale is not None and not self.softmax_scale > 0:
+            raise CaseError(f"softmax_scale={self.softmax_scale!r} must be positive (or None for 1/sqrt(d))")
+
+    @classmethod
+    def dense(
+        cls,
+        *,
+        backend: str,
+        shape: str,
+        batch: int,
+        seqlen_q: int,
+        seqlen_k: int | None = None,
+        heads_q: int,
+        heads_kv: int | None = None,
+        head_dim: int,
+        head_dim_v: int | None = None,
+        dtype: str = "bf16",
+        mask: Mask | None = None,
+        direction: str = "fwd",
+    ) -> AttnCase:
+        """A uniform batch: every sequence has ``seqlen_q`` queries and ``seqlen_k`` keys."""
+        if not isinstance(batch, int) or batch <= 0:
+            raise CaseError(f"batch={batch!r} must be a positive int")
+        sk = seqlen_q if seqlen_k is None else seqlen_k
+        return cls(
+            backend=backend,
+            shape=shape,
+            seqlens_q=(seqlen_q,) * batch,
+            seqlens_k=(sk,) * batch,
+            heads_q=heads_q,
+            heads_kv=heads_q if heads_kv is None else heads_kv,
+            head_dim_qk=head_dim,
+            head_dim_v=head_dim if head_dim_v is None else head_dim_v,
+            dtype=dtype,
+            mask=mask if mask is not None else Mask.none(),
+            direction=direction,
+        )
+
+    # ---- derived facts -------------------------------------------------------------------
+    @property
+    def batch(self) -> int:
+        return len(self.seqlens_q)
+
+    @property
+    def ragged(self) -> bool:
+        """True when sequences differ in length (needs packed/varlen inputs)."""
+        return len(set(self.seqlens_q)) > 1 or len(set(self.seqlens_k)) > 1
+
+    @property
+    def max_seqlen_q(self) -> int:
+        return max(self.seqlens_q)
+
+    @property
+    def max_seqlen_k(self) -> int:
+        return max(self.seqlens_k)
+
+    @property
+    def total_q(self) -> int:
+        return sum(self.seqlens_q)
+
+    @property
+    def total_k(self) -> int:
+        return sum(self.seqlens_k)
+
+    @property
+    def scale(self) -> float:
+        return self.softmax_scale if self.softmax_scale is not None else self.head_dim_qk**-0.5
+
+    @property
+    def elem_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def direction_id(self) -> str:
+        return _DIRECTION_IDS[self.direction]
+
+    @property
+    def group(self) -> str:
+        """The problem without the back end: results in one group are directly comparable."""
+        return f"{self.shape}-{self.dtype}-{self.mask.id}-{self.direction_id}"
+
+    @property
+    def id(self) -> str:
+        return f"{self.backend}-{self.group}"
+
+    def describe(self) -> str:
+        """One line with every number, for messages and the summary."""
+        if self.ragged:
+            lengths = f"varlen q={list(self.seqlens_q)} k={list(self.seqlens_k)}"
+        else:
+            lengths = f"{self.batch} x sq={self.seqlens_q[0]} sk={self.seqlens_k[0]}"
+        heads = f"{self.heads_q}q/{self.heads_kv}kv heads"
+        dims = f"d={self.head_dim_qk}" + ("" if self.head_dim_v == self.head_dim_qk else f"/{self.head_dim_v}")
+        return f"{lengths}, {heads}, {dims}, {self.dtype}, mask={self.mask.id}, {self.direction}"
+
+
+def _check_name(field_name: str, value: object) -> None:
+    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+        raise CaseError(f"{field_name}={value!r} must be a non-empty name without spaces")

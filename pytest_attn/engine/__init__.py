@@ -1,0 +1,11 @@
+"""Measures one case on one device; knows nothing of pytest.
+
+:mod:`.runner` takes a case end to end -- can it run here, inputs (:mod:`.inputs`), the check against
+the oracle, warm-up and sampling (:mod:`.sampling`, stopping rules in :mod:`.stopping`), the timer
+(:mod:`.timers`: one factory for CPU, CUDA-event, CUDA-graph and kernel-sum timers and their
+fall-backs) -- and returns a :class:`~pytest_attn.core.record.Record`. Around it: NVML readings
+(:mod:`.nvml`), the device probe (:mod:`.probe`), clock locking (:mod:`.clocks`), measured ceilings
+(:mod:`.ceilings`), the profiler, NVTX and traces (:mod:`.profiler`), HBM traffic through ncu
+(:mod:`.hbm`) and the deliberate slowdown that proves the gate (:mod:`.slowed`). A new timer or
+measurement goes here; it reports through the record, never through pytest.
+"""

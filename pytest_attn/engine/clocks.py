@@ -1,0 +1,206 @@
+"""Opt-in clock locking (``--attn-lock-clocks``), always restored.
+
+``off`` (default), ``base`` (the default applications clock), ``max`` (the maximum SM clock) or a
+number of MHz, with ``:require`` (stop at start-up when it cannot be done) or ``:try`` (the default:
+warn once and record "not locked"). Locking goes through NVML's ``nvmlDeviceSetGpuLockedClocks``
+on every device the session uses, is read back, and is undone (``nvmlDeviceResetGpuLockedClocks``)
+at the end of the session whatever ends it: normal exit, failures, Ctrl-C (pytest still
+unconfigures), SIGTERM (a handler restores, then hands over to the previous one) and, last,
+``atexit``. It needs root; nothing here changes power limits, persistence or compute mode.
+"""
+
+from __future__ import annotations
+
+import atexit
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .nvml import PynvmlDevice, visible_devices
+
+TARGETS = ("off", "base", "max")
+MODES = ("try", "require")
+READBACK_TOLERANCE_MHZ = 30  # NVML clocks move in ~15 MHz bins
+HOW_TO_GRANT = (
+    "locking GPU clocks needs root: run pytest as root (e.g. sudo -E env PATH=$PATH pytest ...), or have an"
+    " administrator lock them with `sudo nvidia-smi --lock-gpu-clocks=MHZ,MHZ` and run with --attn-lock-clocks=off"
+)
+
+
+class ClockLockError(Exception):
+    pass
+
+
+class NoPermission(Exception):
+    pass
+
+
+class ClockControl(Protocol):
+    """The NVML calls clock locking needs, for one device."""
+
+    name: str
+
+    def set_locked_clocks(self, min_mhz: int, max_mhz: int) -> None: ...  # raises NoPermission
+
+    def reset_locked_clocks(self) -> None: ...
+
+    def base_clock_mhz(self) -> int | None: ...
+
+    def max_sm_clock_mhz(self) -> int | None: ...
+
+    def sm_clock_mhz(self) -> int | None: ...
+
+
+@dataclass(frozen=True)
+class LockRequest:
+    target: str | int  # "off", "base", "max" or MHz
+    mode: str = "try"
+
+    @property
+    def off(self) -> bool:
+        return self.target == "off"
+
+
+def parse_lock(text: str) -> LockRequest:
+    """``off``, ``base``, ``max`` or MHz, optionally ``:require`` / ``:try``."""
+    target, _, mode = text.strip().partition(":")
+    mode = mode or "try"
+    if mode not in MODES:
+        raise ValueError(f"--attn-lock-clocks mode {mode!r} is not one of {', '.join(MODES)} (e.g. max:require)")
+    if target in TARGETS:
+        return LockRequest(target, mode)
+    if target.isdigit() and int(target) > 0:
+        return LockRequest(int(target), mode)
+    raise ValueError(f"--attn-lock-clocks={text!r}: give off, base, max or a clock in MHz, optionally with"
+                     " :require or :try (e.g. 1755:require)")
+
+
+class ClockLocker:
+    """Locks the requested clock on each device and restores every one it locked, once."""
+
+    def __init__(self, controls: list[ClockControl], request: LockRequest, warn: Callable[[str], None]) -> None:
+        self.controls, self.request, self.warn = controls, request, warn
+        self.locked: list[ClockControl] = []
+        self.state = "not locked"
+        self._previous_sigterm: Any = None
+
+    def _target(self, control: ClockControl) -> int | None:
+        if isinstance(self.request.target, int):
+            return self.request.target
+        return control.base_clock_mhz() if self.request.target == "base" else control.max_sm_clock_mhz()
+
+    def acquire(self) -> str:
+        """Lock every device; returns the achieved state. Raises :class:`ClockLockError` in
+        ``require`` mode when it cannot; in ``try`` mode warns once and returns "not locked (...)"."""
+        if self.request.off:
+            return self.state
+        states = []
+        controls = self.controls or [_NoDevice()]
+        for control in controls:
+            target = self._target(control)
+            try:
+                if target is None:
+                    raise ClockLockError(f"{control.name}: NVML does not say its {self.request.target} clock")
+                try:
+                    control.set_locked_clocks(target, target)
+                except NoPermission:
+                    raise ClockLockError(f"{control.name}: no permission to lock clocks. {HOW_TO_GRANT}") from None
+                self.locked.append(control)
+                seen = control.sm_clock_mhz()
+                if seen is None or abs(seen - target) > READBACK_TOLERANCE_MHZ:
+                    raise ClockLockError(f"{control.name}: asked for {target} MHz, NVML reads {seen} MHz back")
+                states.append(f"locked at {target} MHz")
+            except ClockLockError as exc:
+                self.release()
+                if self.request.mode == "require":
+                    raise
+                self.warn(f"pytest-attn: clocks not locked: {exc}")
+                self.state = f"not locked ({exc})"
+                return self.state
+        self.state = "; ".join(dict.fromkeys(states))
+        self._guard()
+        return self.state
+
+    def release(self) -> None:
+        """Undo every lock this session set (idempotent; errors are warned, not raised)."""
+        while self.locked:
+            control = self.locked.pop()
+            try:
+                control.reset_locked_clocks()
+            except Exception as exc:
+                self.warn(f"pytest-attn: could not restore the clocks of {control.name}: {exc}; restore them with"
+                          " `sudo nvidia-smi --reset-gpu-clocks`")
+
+    def _guard(self) -> None:
+        atexit.register(self.release)
+        try:
+            self._previous_sigterm = signal.signal(signal.SIGTERM, self.on_sigterm)
+        except ValueError:  # not the main thread: atexit and pytest_unconfigure still restore
+            self._previous_sigterm = None
+
+    def on_sigterm(self, signum: int, frame: Any) -> None:
+        self.release()
+        previous = self._previous_sigterm
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.raise_signal(signal.SIGTERM)
+
+
+class _NoDevice:
+    """Stands for "no GPU seen through NVML": locking it fails with that reason."""
+
+    name = "no GPU"
+
+    def set_locked_clocks(self, min_mhz: int, max_mhz: int) -> None:
+        raise ClockLockError("no GPU is visible through NVML (nvidia-ml-py missing, or no driver)")
+
+    def reset_locked_clocks(self) -> None:
+        return None
+
+    def base_clock_mhz(self) -> int | None:
+        return 1
+
+    def max_sm_clock_mhz(self) -> int | None:
+        return 1
+
+    def sm_clock_mhz(self) -> int | None:
+        return None
+
+
+class NvmlClockControl:
+    """:class:`ClockControl` through NVML for one device."""
+
+    def __init__(self, device: PynvmlDevice, name: str) -> None:
+        self._dev, self.name = device, name
+
+    def set_locked_clocks(self, min_mhz: int, max_mhz: int) -> None:
+        nv = self._dev.nv
+        try:
+            nv.nvmlDeviceSetGpuLockedClocks(self._dev.handle, min_mhz, max_mhz)
+        except nv.NVMLError_NoPermission:
+            raise NoPermission() from None
+
+    def reset_locked_clocks(self) -> None:
+        self._dev.nv.nvmlDeviceResetGpuLockedClocks(self._dev.handle)
+
+    def base_clock_mhz(self) -> int | None:
+        return self._dev.base_clock_mhz()
+
+    def max_sm_clock_mhz(self) -> int | None:
+        return self._dev.max_sm_clock_mhz()
+
+    def sm_clock_mhz(self) -> int | None:
+        return self._dev.sm_clock_mhz()
+
+
+def nvml_controls() -> list[ClockControl]:
+    """A control for the first GPU this process may use (the one the session measures on), or []."""
+    found = visible_devices()
+    return [NvmlClockControl(found[0].device, found[0].name)] if found else []
+
+
+#: How the plugin finds the devices to lock (tests replace it with fakes).
+CONTROL_FACTORY: Callable[[], list[ClockControl]] = nvml_controls

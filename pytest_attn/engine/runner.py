@@ -1,0 +1,272 @@
+"""Runs one case end to end: can it run here, inputs, correctness check, warm-up, timer choice,
+sampling, figures -- and returns its :class:`~pytest_attn.core.record.Record`.
+
+pytest-free: it raises :class:`CaseSkipped` or :class:`CaseFailed`, the plugin turns those into pytest
+outcomes. Memory is released before either is raised, so the session goes on.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ..backends.base import Backend, Unsupported, refusal
+from ..core import flops
+from ..core.case import AttnCase
+from ..core.device import DeviceInfo
+from ..core.kernel_names import KernelCall
+from ..core.metrics import figures
+from ..core.record import Clocks, Record, Timing, TimingCheck
+from ..core.stats import median, relative_precision
+from ..core.throttle import assess
+from ..oracle.checks import RowCheck, check_rows
+from .inputs import make_inputs, make_step, torch_device
+from .nvml import NoNvml, Nvml
+from .profiler import nvtx_range, peak_memory_bytes, profile_kernels, profiled_kernel_time, write_trace
+from .sampling import WarmupReport, sample_until, warm_up
+from .stopping import StopRule, WarmupRule
+from .timers import BuiltTimer, CpuTimer, CudaEventTimer, L2Flush, build_timer, choose_timer, input_sets
+
+T = TypeVar("T")
+
+
+class CaseSkipped(Exception):
+    """The case cannot run here; the message says why and what to do."""
+
+
+class CaseFailed(Exception):
+    """The case ran and failed (wrong output, out of memory, a back-end error)."""
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    timer: str = "auto"
+    stop: StopRule = field(default_factory=StopRule)
+    warmup: WarmupRule = field(default_factory=WarmupRule)
+    verify: bool = True
+    peak_tflops: float | None = None
+    memory_headroom: float = 0.9  # use at most this fraction of free memory
+    drop_throttled: bool = False  # drop samples under 75 % of the nominal SM clock (nvbench's rule)
+    verify_timing: bool = False  # one extra profiled run: kernel time vs the reported median
+    trace_dir: Path | None = None  # one Chrome trace per case here
+    clock_lock: str = "not locked"  # the achieved clock-lock state, recorded with every result
+
+
+def required_bytes(case: AttnCase, backend: Backend, device: DeviceInfo) -> int:
+    """Device memory one input set of this case needs: its tensors, gradients for fwd+bwd, the back
+    end's workspace and the L2-flush buffer."""
+    return flops.min_bytes(case) + backend.workspace_bytes(case) + 2 * (device.l2_bytes or 0)
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def check_can_run(case: AttnCase, backend: Backend, device: DeviceInfo, free_bytes: int | None) -> None:
+    """Raise :class:`CaseSkipped` with the reason when the case cannot run here."""
+    why = refusal(backend, case, device)
+    if why:
+        raise CaseSkipped(why)
+    if device.is_cuda and free_bytes is not None:
+        need = required_bytes(case, backend, device)
+        if need > free_bytes:
+            raise CaseSkipped(
+                f"needs about {_gib(need)} of GPU memory ({case.describe()}) but {_gib(free_bytes)} is free;"
+                " skipped before allocating"
+            )
+
+
+# ---- the three ways to run a case ----------------------------------------------------------------
+def run_case(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings, *, label: str = "",
+             nvml: Nvml | None = None) -> Record:
+    """Measure one case. ``label`` (the test id) names its NVTX ranges and trace and is the record's
+    ``test``; ``nvml`` reads the SM clock and throttle reasons around each sample. Raises CaseSkipped
+    or CaseFailed, with memory released."""
+    reader = nvml or NoNvml("not given")
+    return _guarded(case, backend, device, settings,
+                    lambda free: _measure(case, backend, device, settings, free, label or case.id, reader))
+
+
+def check_case(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings) -> None:
+    """Check the case against the reference and run it once, timing nothing (``--benchmark-disable``)."""
+
+    def once(free: int | None) -> None:
+        _setup(case, backend, device, settings)[0]()
+
+    _guarded(case, backend, device, settings, once)
+
+
+def case_kernels(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings) -> list[KernelCall]:
+    """Check the case and return the GPU kernels one warm call launches (nothing timed)."""
+
+    def kernels(free: int | None) -> list[KernelCall]:
+        if not device.is_cuda:
+            raise CaseSkipped("kernel names need a CUDA device and the PyTorch profiler")
+        step = _setup(case, backend, device, settings)[0]
+        step()  # warm: lazy initialisation and autotuning stay out of the profile
+        return profile_kernels(step)
+
+    return _guarded(case, backend, device, settings, kernels)
+
+
+def _guarded(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings,
+             work: Callable[[int | None], T]) -> T:
+    """``work(free_bytes)`` after the can-it-run checks; any failure becomes CaseSkipped or CaseFailed
+    once the case's memory is released."""
+    free = None
+    if device.is_cuda:
+        import torch
+
+        gc.collect()
+        torch.cuda.empty_cache()
+        free = int(torch.cuda.mem_get_info()[0] * settings.memory_headroom)
+    check_can_run(case, backend, device, free)
+    skipped: str | None = None
+    failed: str | None = None
+    try:
+        return work(free)
+    except (CaseSkipped, Unsupported) as exc:
+        skipped = str(exc)
+    except CaseFailed as exc:
+        failed = str(exc)
+    except Exception as exc:
+        failed = _describe_failure(case, exc)
+    # The exception and its frames (holding the case's tensors) are gone here: free the memory.
+    _release(device)
+    if skipped is not None:
+        raise CaseSkipped(skipped)
+    raise CaseFailed(failed)
+
+
+def _describe_failure(case: AttnCase, exc: Exception) -> str:
+    head = f"{case.id} failed: {type(exc).__name__}: {exc}"
+    if "out of memory" in str(exc).lower():
+        head += (f"\nThe case needed more GPU memory than the estimate ({case.describe()}); "
+                 "its memory was released and the session goes on.")
+    return head + "\n\n" + "".join(traceback.format_exception(exc))
+
+
+def _release(device: DeviceInfo) -> None:
+    gc.collect()
+    if device.is_cuda:
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+# ---- measuring -----------------------------------------------------------------------------------
+def _setup(case: AttnCase, backend: Backend, device: DeviceInfo,
+           settings: RunSettings) -> tuple[Callable[[], Any], RowCheck | None]:
+    """The first input set's step, after the sampled-row check of its output."""
+    import torch
+
+    first = make_inputs(case, backend.layout, torch_device(device), requires_grad=case.direction == "fwd+bwd",
+                        seed=0)
+    forward = backend.prepare(case, first)  # may raise Unsupported with the library's words
+    check = None
+    if settings.verify:
+        with torch.no_grad():
+            out = forward()
+        check = check_rows(case, first, out, backend.layout)
+        del out
+        if not check.ok:
+            raise CaseFailed(check.message(case))
+    return make_step(case, forward, first), check
+
+
+def _timer(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings, free: int | None,
+           step: Callable[[], Any]) -> tuple[BuiltTimer, WarmupReport, L2Flush | None]:
+    """Warm up with the call being timed, then the timer its length calls for."""
+    flush = L2Flush(device.l2_bytes, torch_device(device)) if device.is_cuda else None
+    report = warm_up(CpuTimer([step]).sample if flush is None else CudaEventTimer([step], flush).sample,
+                     settings.warmup)
+
+    def more_sets(have: int) -> list[Callable[[], Any]]:
+        per_set = flops.min_bytes(case)
+        sets = input_sets(per_set, device.l2_bytes)
+        if free is not None:  # extra copies may use half of what the first one left free
+            sets = max(1, min(sets, (free - required_bytes(case, backend, device)) // (2 * per_set)))
+        out = []
+        for seed in range(have, sets):
+            extra = make_inputs(case, backend.layout, torch_device(device),
+                                requires_grad=case.direction == "fwd+bwd", seed=seed)
+            out.append(make_step(case, backend.prepare(case, extra), extra))
+        return out
+
+    kind = choose_timer(settings.timer, device.is_cuda, report.estimate_s)
+    return build_timer(kind, [step], report.estimate_s, flush, more_sets), report, flush
+
+
+def _measure(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings, free: int | None,
+             label: str, nvml: Nvml) -> Record:
+    started = time.perf_counter()
+    step, check = _setup(case, backend, device, settings)
+    with nvtx_range(f"{label} warm-up", device.is_cuda):
+        built, warmup, flush = _timer(case, backend, device, settings, free, step)
+    prepare_s = time.perf_counter() - started
+    with nvtx_range(f"{label} samples", device.is_cuda):
+        sampling = sample_until(built.timer, settings.stop, read_sm_clock=nvml.sm_clock_mhz,
+                                read_reasons=nvml.clocks_event_reasons)
+    keep, throttle = assess(sampling.sample_reasons, sampling.sample_clocks, device.max_sm_clock_mhz,
+                            drop=settings.drop_throttled)
+    samples = [sampling.samples_s[i] for i in keep]
+    clocks = [c for i in keep if (c := sampling.sample_clocks[i])]
+    diagnostics = _diagnostics(step, device, settings, label)
+    timing_check = None
+    if settings.verify_timing and device.is_cuda:
+        timing_check = TimingCheck(median(samples), profiled_kernel_time(built.timer, flush))
+    work = flops.work(case)
+    clocks_seen = Clocks.of(clocks, settings.clock_lock, throttle)
+    replay = getattr(built.timer, "replay_s", [])
+    return Record(
+        test=label if label != case.id else "",
+        case=case,
+        device=device,
+        timing=Timing(tuple(samples), median(samples), relative_precision(samples), sampling.stop_reason, built.kind,
+                      built.note, built.timer.calls_per_sample, built.input_sets, warmup.calls, warmup.elapsed_s,
+                      warmup.settled, prepare_s, time.perf_counter() - started, median(replay) if replay else None),
+        work=work,
+        figures=figures(work, median(samples), device.peak(case.dtype, settings.peak_tflops),
+                        clocks_seen.sm_clock_mhz),
+        clocks=clocks_seen,
+        check=check.summary() if check is not None else None,
+        kernels=tuple(diagnostics["kernels"]),
+        expression=_expression(backend, case),
+        peak_memory_bytes=diagnostics["peak_memory"],
+        timing_check=timing_check,
+    )
+
+
+def _diagnostics(step: Callable[[], Any], device: DeviceInfo, settings: RunSettings, label: str) -> dict[str, Any]:
+    """Kernel names, peak memory and the trace: diagnostics, whose failure leaves a field empty and never
+    fails the measured case (the profiler may lack CUPTI; a trace folder may vanish mid-run)."""
+    out: dict[str, Any] = {"kernels": [], "peak_memory": None}
+    if device.is_cuda:
+        no_kernels: list[KernelCall] = []
+        out["kernels"] = _quietly(lambda: profile_kernels(step), no_kernels)
+        out["peak_memory"] = _quietly(lambda: peak_memory_bytes(step), None)
+    if settings.trace_dir is not None:
+        path = settings.trace_dir / f"{_file_name(label)}.json"
+        _quietly(lambda: write_trace(step, path), None)
+    return out
+
+
+def _quietly(fn: Callable[[], T], default: T) -> T:
+    try:
+        return fn()
+    except Exception:
+        return default
+
+
+def _file_name(label: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in label)[:200]
+
+
+def _expression(backend: Backend, case: AttnCase) -> str:
+    describe = getattr(backend, "expression", None)
+    return describe(case) if callable(describe) else ""

@@ -1,0 +1,115 @@
+"""One fuzz example end to end -- inputs from a seed, one call (and the backward for fwd+bwd), every
+element checked against the oracle -- the failure report with its replay command, and the
+:class:`Fuzzer` the suite's property drives.
+
+It knows nothing of pytest: a back end that cannot be fuzzed here makes :meth:`Fuzzer.check` return a
+:class:`Refused`, which the plugin turns into a skip.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import note, reject
+from hypothesis import strategies as st
+
+from ..backends.base import Backend, Registry, Unsupported
+from ..core.case import AttnCase
+from ..core.codec import case_json
+from ..core.device import DeviceInfo
+from ..engine.inputs import make_inputs, torch_device
+from ..oracle.checks import FullCheck, check_full
+from .ledger import known_failure
+from .space import probe_space
+from .strategies import Space, attn_cases
+
+
+@dataclass(frozen=True)
+class Refused:
+    """Why a back end cannot be fuzzed here (no GPU, not installed, no backward, no small case)."""
+
+    reason: str
+
+
+def poison_allocator(device: Any, nbytes: int) -> None:
+    """Fill memory the caching allocator will hand out next with NaN, so an output element the back
+    end never writes reads NaN instead of a stale, possibly correct, value from an earlier call."""
+    import torch
+
+    if nbytes <= 0:
+        return
+    block = torch.empty(nbytes // 4 + 1, dtype=torch.float32, device=device)
+    block.fill_(float("nan"))
+    del block
+
+
+def run_example(case: AttnCase, backend: Backend, device: DeviceInfo, seed: int) -> FullCheck:
+    """Inputs from ``seed``, one call (and backward for fwd+bwd), every element checked. Raises
+    :class:`Unsupported` when the back end refuses the case."""
+    import torch
+
+    dev = torch_device(device)
+    grad = case.direction == "fwd+bwd"
+    inputs = make_inputs(case, backend.layout, dev, requires_grad=grad, seed=seed)
+    forward = backend.prepare(case, inputs)
+    out_bytes = case.total_q * case.heads_q * case.head_dim_v * 4
+    poison_allocator(dev, 4 * out_bytes)
+    out = forward()
+    grads = None
+    if grad:
+        poison_allocator(dev, 4 * out_bytes)
+        dq, dk, dv = torch.autograd.grad(out, (inputs.q, inputs.k, inputs.v), inputs.grad_out)
+        grads = (dq, dk, dv)
+    if device.is_cuda:
+        torch.cuda.synchronize(dev)
+    return check_full(case, inputs, out, backend.layout, grads, empty_rows=getattr(backend, "empty_rows", "any"))
+
+
+def failure_message(case: AttnCase, seed: int, check: FullCheck) -> str:
+    text = case_json(case, seed)
+    return (
+        f"{case.backend} gives a wrong result on {case.describe()} (scale {case.scale:.4g}, seed {seed}):\n"
+        f"  {check.describe(case)}\n"
+        f"  replay: PYTHONPATH=. python -m pytest_attn.fuzz '{text}'"
+    )
+
+
+class Fuzzer:
+    """Runs the fuzz property for one back end and direction (used by the ``attn_fuzzer`` fixture)."""
+
+    def __init__(self, registry: Registry, device: DeviceInfo, *, dtypes: tuple[str, ...] | None = None,
+                 head_dims: tuple[int, ...] | None = None) -> None:
+        self.registry, self.device = registry, device
+        self.dtypes, self.head_dims = dtypes, head_dims
+        self._spaces: dict[tuple[str, str], Space | str] = {}
+        self.examples: dict[tuple[str, str], int] = {}  # examples run (not rejected) per target
+
+    def space(self, name: str, direction: str) -> Space | str:
+        key = (name, direction)
+        if key not in self._spaces:
+            self._spaces[key] = probe_space(self.registry.get(name), self.device, direction, dtypes=self.dtypes,
+                                            head_dims=self.head_dims)
+        return self._spaces[key]
+
+    def check(self, name: str, direction: str, data: Any) -> Refused | None:
+        """One example: draw a case, run it, raise AssertionError with the report when it is wrong.
+        Cases the back end refuses, or that the known-failure ledger covers, are rejected; a back end
+        that cannot be fuzzed here at all gives a :class:`Refused`."""
+        space = self.space(name, direction)
+        if isinstance(space, str):
+            return Refused(space)
+        backend = self.registry.get(name)
+        case = data.draw(attn_cases(backend=name, space=space, direction=direction), label="case")
+        seed = data.draw(st.integers(0, 2**16 - 1), label="seed")
+        note(f"replay: PYTHONPATH=. python -m pytest_attn.fuzz '{case_json(case, seed)}'")
+        if known_failure(case) is not None or backend.supports(case, self.device) is not None:
+            reject()
+        try:
+            check = run_example(case, backend, self.device, seed)
+        except Unsupported:
+            reject()
+        self.examples[(name, direction)] = self.examples.get((name, direction), 0) + 1
+        if not check.ok:
+            raise AssertionError(failure_message(case, seed, check))
+        return None

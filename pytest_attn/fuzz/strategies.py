@@ -1,0 +1,169 @@
+"""Hypothesis strategies for attention cases: varlen batches, head layouts, masks, dtypes, scales.
+
+Every strategy is keyword-only and checks its arguments (a bad bound raises Hypothesis'
+``InvalidArgument`` at once, naming it). Values are drawn simplest first -- one short sequence, one
+head, no mask, the default scale -- so failures shrink to small, readable cases. Lengths favour the
+ones kernels get wrong: 1, primes, and just below / at / above tile sizes (63/64/65, 127/128/129),
+plus a few long ones when asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+
+from ..core.case import DIRECTIONS, DTYPES, AttnCase, Mask
+from ..core.masks import prefix_lm, random_block_sparse
+
+INTERESTING_LENGTHS: tuple[int, ...] = (1, 2, 3, 5, 7, 13, 17, 31, 63, 64, 65, 127, 128, 129)
+LONG_LENGTHS: tuple[int, ...] = (255, 256, 257, 509, 1021)
+MASK_KINDS: tuple[str, ...] = ("none", "causal", "window", "blocksparse", "prefixlm")
+#: How a sequence's key length relates to its query length.
+RELATIONS: tuple[str, ...] = ("self", "prefix", "decode", "cross")
+
+
+def _check_positive(name: str, value: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidArgument(f"{name}={value!r} must be a positive int")
+
+
+def _check_subset(name: str, values: Sequence[str], allowed: Sequence[str]) -> None:
+    if not values:
+        raise InvalidArgument(f"{name} is empty: give at least one of {', '.join(allowed)}")
+    bad = [v for v in values if v not in allowed]
+    if bad:
+        raise InvalidArgument(f"{name} has {bad!r}; choose from {', '.join(allowed)}")
+
+
+def lengths(*, max_len: int = 129, long: bool = False) -> st.SearchStrategy[int]:
+    """One sequence length: an interesting one (1, primes, tile edges) or any up to ``max_len``;
+    with ``long``, sometimes one of :data:`LONG_LENGTHS` that fits."""
+    _check_positive("max_len", max_len)
+    picks = [n for n in INTERESTING_LENGTHS if n <= max_len]
+    if long:
+        picks += [n for n in LONG_LENGTHS if n <= max_len]
+    return st.one_of(st.sampled_from(picks), st.integers(1, max_len))
+
+
+@st.composite
+def varlen_lengths(
+    draw: st.DrawFn,
+    *,
+    max_seqs: int = 4,
+    max_len: int = 129,
+    long: bool = False,
+    ragged: bool = True,
+    relations: Sequence[str] = RELATIONS,
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(seqlens_q, seqlens_k) of a batch of 1 ... ``max_seqs`` sequences. Per sequence, the key
+    length relates to the query length as in self-attention (equal), chunked prefill (a prefix of
+    cached keys), decode (1-4 queries against a cache) or cross-attention (unrelated: q may be
+    longer than k). With ``ragged=False`` every sequence has the same lengths."""
+    _check_positive("max_seqs", max_seqs)
+    _check_positive("max_len", max_len)
+    _check_subset("relations", relations, RELATIONS)
+    count = draw(st.integers(1, max_seqs))
+    relation = draw(st.sampled_from(list(relations)))
+    one = lengths(max_len=max_len, long=long)
+
+    def pair() -> tuple[int, int]:
+        if relation == "self":
+            n = draw(one)
+            return n, n
+        if relation == "prefix":
+            q = draw(one)
+            return q, min(max_len, q + draw(st.integers(1, max_len)))
+        if relation == "decode":
+            return draw(st.integers(1, min(4, max_len))), draw(one)
+        return draw(one), draw(one)
+
+    pairs = [pair() for _ in range(count if ragged else 1)]
+    if not ragged:
+        pairs = pairs * count
+    return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
+
+
+@st.composite
+def head_layouts(draw: st.DrawFn, *, max_kv_heads: int = 3, max_group: int = 8, gqa: bool = True) -> tuple[int, int]:
+    """(heads_q, heads_kv): MHA, or with ``gqa`` every ratio from 2 to ``max_group`` (MQA included)."""
+    _check_positive("max_kv_heads", max_kv_heads)
+    _check_positive("max_group", max_group)
+    kv = draw(st.integers(1, max_kv_heads))
+    group = draw(st.integers(1, max_group)) if gqa else 1
+    return kv * group, kv
+
+
+def masks(*, kinds: Sequence[str] = MASK_KINDS, max_window: int = 130) -> st.SearchStrategy[Mask]:
+    """A mask of one of ``kinds``: none, bottom-right causal, sliding window (either side may be
+    unbounded), random block-sparse (seeded, tiles of 1-16), prefix-LM."""
+    _check_subset("kinds", kinds, MASK_KINDS)
+    _check_positive("max_window", max_window)
+    side = st.one_of(st.just(-1), st.integers(0, max_window))
+    options = {
+        "none": st.just(Mask.none()),
+        "causal": st.just(Mask.causal()),
+        "window": st.builds(Mask.window, side, side).filter(lambda m: m.bounds != (-1, -1)),
+        "blocksparse": st.builds(random_block_sparse, st.sampled_from([1, 4, 16]),
+                                 st.sampled_from([0.1, 0.25, 0.5, 0.75]), st.integers(0, 99)),
+        "prefixlm": st.builds(prefix_lm, st.integers(0, max_window)),
+    }
+    return st.one_of(*(options[k] for k in kinds))
+
+
+def softmax_scales() -> st.SearchStrategy[float | None]:
+    """None (1/sqrt(d)) or an explicit scale, including ones far from the default."""
+    return st.one_of(st.none(), st.sampled_from([0.05, 0.3, 1.0, 2.0]),
+                     st.floats(0.01, 2.0, allow_nan=False, allow_infinity=False))
+
+
+@dataclass(frozen=True)
+class Space:
+    """What a back end can be fuzzed with (found by probing its ``supports()``)."""
+
+    dtypes: tuple[str, ...]
+    head_dims: tuple[int, ...]
+    mask_kinds: tuple[str, ...]
+    ragged: bool
+    gqa: bool
+    cross: bool  # seqlen_q != seqlen_k
+    q_longer: bool  # seqlen_q > seqlen_k (rows without keys under causal masks)
+    max_len: int = 129
+    max_seqs: int = 4
+    long: bool = False
+    head_dim_v_differs: bool = False
+    queries: int | None = None  # a decode-only back end: this many queries per sequence
+
+    def __post_init__(self) -> None:
+        _check_subset("dtypes", self.dtypes, DTYPES)
+        _check_subset("mask_kinds", self.mask_kinds, MASK_KINDS)
+        if not self.head_dims or any(d < 1 for d in self.head_dims):
+            raise InvalidArgument(f"head_dims={self.head_dims!r} must be one or more positive ints")
+
+
+@st.composite
+def attn_cases(draw: st.DrawFn, *, backend: str, space: Space, direction: str = "fwd") -> AttnCase:
+    """A whole case for ``backend`` within ``space``."""
+    if direction not in DIRECTIONS:
+        raise InvalidArgument(f"direction={direction!r} is not one of {', '.join(DIRECTIONS)}")
+    relations = [r for r in RELATIONS if space.cross or r == "self"]
+    if space.cross and not space.q_longer:
+        relations = [r for r in relations if r != "cross"]
+    if space.queries is not None:
+        relations = ["decode"]
+    sq, sk = draw(varlen_lengths(max_seqs=space.max_seqs, max_len=space.max_len, long=space.long,
+                                 ragged=space.ragged, relations=relations))
+    if space.queries is not None:
+        sq = (space.queries,) * len(sq)
+    elif not space.q_longer:
+        sk = tuple(max(q, k) for q, k in zip(sq, sk, strict=True))
+    hq, hkv = draw(head_layouts(gqa=space.gqa))
+    d = draw(st.sampled_from(space.head_dims))
+    dv = draw(st.sampled_from(space.head_dims)) if space.head_dim_v_differs else d
+    return AttnCase(
+        backend=backend, shape="fuzz", seqlens_q=sq, seqlens_k=sk, heads_q=hq, heads_kv=hkv, head_dim_qk=d,
+        head_dim_v=dv, dtype=draw(st.sampled_from(space.dtypes)), mask=draw(masks(kinds=space.mask_kinds)),
+        direction=direction, softmax_scale=draw(softmax_scales()),
+    )

@@ -1,0 +1,17 @@
+"""The pytest wiring, and nothing else: the entry point ``pytest_attn.plugin`` (``pytest11``).
+
+:mod:`.options` declares every ``--attn-*`` option and converts it; :mod:`.session` resolves them once
+at configure and holds every stash key; :mod:`.bench` collects cases, provides the fixtures and hands
+each result record to pytest-benchmark; :mod:`.fuzz` wires the Hypothesis suite; :mod:`.gate` wires
+baselines, verdicts and reports; :mod:`.hookspecs` declares the hook for bringing your own back end.
+The layers below (core, oracle, backends, engine, fuzz, verdicts) know nothing of pytest; a new option
+or hook goes here. Loading the plugin imports no torch, no Hypothesis and touches no GPU.
+"""
+
+from __future__ import annotations
+
+from .session import attn_cases, attn_session, fuzz_targets, prepare_attention_run
+
+pytest_plugins = ["pytest_attn.plugin.bench", "pytest_attn.plugin.fuzz", "pytest_attn.plugin.gate"]
+
+__all__ = ["attn_cases", "attn_session", "fuzz_targets", "prepare_attention_run"]

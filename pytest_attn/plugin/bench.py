@@ -1,0 +1,253 @@
+"""The benchmark wiring: the session at configure, collection, the fixtures (``attn_bench``,
+``attn_kernels``, ``attn_device``, ``attn_peak``), the hand-over of each result to pytest-benchmark,
+and the end-of-session summary.
+
+Hand-over: the per-call times become pytest-benchmark's own rounds through its public API
+(``benchmark.pedantic`` with the ``timer`` option set to :func:`replay_clock`, a clock that advances by
+exactly one measured sample per round), and the result record is written as the benchmark's
+``extra_info`` -- here only (:meth:`AttnSession.add`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+from ..core.case import AttnCase
+from ..core.codec import case_from_json, case_json
+from ..core.device import DeviceInfo
+from ..core.kernel_names import KernelCall, check_kernels
+from ..core.metrics import ceiling_share
+from ..core.peaks import Peak
+from ..core.record import Record
+from ..engine import clocks, hbm
+from ..engine.runner import CaseFailed, CaseSkipped, case_kernels, check_case, run_case
+from ..verdicts.fingerprint import fingerprint_of
+from ..verdicts.peers import peers_of
+from ..verdicts.table import render
+from . import hookspecs
+from .options import AttnOptions, add_options, given
+from .session import ATTN_SESSION, CLOCK_LOCKER, AttnSession, GateOptions, attn_session, prepare_attention_run
+
+
+# ---- options and configure -----------------------------------------------------------------------
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "attn: a pytest-attn benchmark case")
+    config.addinivalue_line(
+        "markers",
+        "attn_kernels(must=(), must_not=()): the GPU kernels an attn_bench case launches must include a"
+        " match for every regex in must and none for must_not (matched against the kernel's qualified"
+        " name or its last :: part)",
+    )
+    if config.getoption("help", False):
+        return
+    session = AttnSession(config, AttnOptions.of(config), GateOptions.of(config))
+    config.stash[ATTN_SESSION] = session
+    _ = session.backends  # registration and every name option checked at start-up
+    if given(config):
+        prepare_attention_run(config)
+    _lock_clocks(config, session)
+
+
+def _lock_clocks(config: pytest.Config, session: AttnSession) -> None:
+    request = config.getoption("attn_lock_clocks")
+    if request.off:
+        return
+
+    def warn(message: str) -> None:
+        config.issue_config_time_warning(pytest.PytestWarning(message), stacklevel=2)
+
+    locker = clocks.ClockLocker(clocks.CONTROL_FACTORY(), request, warn)
+    try:
+        session.clock_lock = locker.acquire()
+    except clocks.ClockLockError as exc:
+        raise pytest.UsageError(f"--attn-lock-clocks={request.target}:require: {exc}") from None
+    config.stash[CLOCK_LOCKER] = locker
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Restore locked clocks whatever ended the session (pytest unconfigures after failures and Ctrl-C)."""
+    locker = config.stash.get(CLOCK_LOCKER, None)
+    if locker is not None:
+        locker.release()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test using ``attn_bench`` gets its times from our engine (the replay clock); benchmarks
+    of one problem (a parametrized ``case``) share a pytest-benchmark group."""
+    for item in items:
+        if "attn_bench" not in getattr(item, "fixturenames", ()):
+            continue
+        case = getattr(item, "callspec", None) and item.callspec.params.get("case")  # type: ignore[attr-defined]
+        group = {"group": case.group} if isinstance(case, AttnCase) else {}
+        item.add_marker(pytest.mark.benchmark(timer=replay_clock, **group), append=False)
+        item.add_marker(pytest.mark.attn)
+
+
+# ---- hand-over to pytest-benchmark ---------------------------------------------------------------
+_now = [0.0]
+
+
+def replay_clock() -> float:
+    """pytest-benchmark's ``timer`` for pytest-attn cases: a clock that only moves when a measured
+    sample is replayed into it, so each pedantic round lasts exactly one measured sample."""
+    return _now[0]
+
+
+def _advance(seconds: float) -> None:
+    _now[0] += seconds
+
+
+def feed_benchmark(benchmark: Any, samples_s: Sequence[float]) -> None:
+    """Record ``samples_s`` as pytest-benchmark's rounds (public ``pedantic`` API only)."""
+    it = iter(samples_s)
+    _now[0] = 0.0  # keeps the clock small, so end - start is exact to ~1e-16 s
+    benchmark.pedantic(lambda: _advance(next(it)), rounds=len(samples_s), iterations=1, warmup_rounds=0)
+
+
+# ---- fixtures ------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def attn_device(request: pytest.FixtureRequest) -> DeviceInfo:
+    """The device this session measures on (probed once, on first use)."""
+    return attn_session(request.config).device
+
+
+@pytest.fixture(scope="session")
+def attn_peak(request: pytest.FixtureRequest, attn_device: DeviceInfo) -> Callable[[str], Peak]:
+    """``attn_peak(dtype)``: the datasheet and clock-aware peaks for a dtype on this device."""
+    override = attn_session(request.config).options.peak_tflops
+    return lambda dtype: attn_device.peak(dtype, override)
+
+
+@pytest.fixture
+def attn_bench(request: pytest.FixtureRequest, benchmark: Any, attn_device: DeviceInfo) -> Callable[[AttnCase],
+                                                                                                  Record | None]:
+    """``attn_bench(case)`` measures the case and records it in pytest-benchmark; skips with the
+    back end's reason when it cannot run here. Returns the result record (None when
+    ``--benchmark-disable`` asked for a check without timing)."""
+    session = attn_session(request.config)
+
+    def run(case: AttnCase) -> Record | None:
+        backend = session.registry.get(case.backend)
+        try:
+            if benchmark.disabled:  # --benchmark-disable: checked and run once (through pedantic), nothing timed
+                benchmark.pedantic(check_case, (case, backend, attn_device, session.settings), rounds=1)
+                return None
+            record = run_case(case, backend, attn_device, session.settings, label=request.node.nodeid,
+                              nvml=session.nvml)
+        except CaseSkipped as exc:
+            session.skips.append(str(exc))
+            pytest.skip(str(exc))
+        except CaseFailed as exc:
+            pytest.fail(str(exc), pytrace=False)
+        record = _with_session_figures(session, record)
+        feed_benchmark(benchmark, record.timing.samples_s)
+        session.add(record, benchmark.extra_info)
+        recorded = benchmark.stats.stats.median
+        if abs(recorded - record.median_s) > 1e-6 * record.median_s:
+            pytest.fail(
+                f"pytest-benchmark recorded a median of {recorded:.6g} s but pytest-attn measured "
+                f"{record.median_s:.6g} s: another benchmark(timer=...) marker or plugin overrides "
+                "pytest-attn's replay clock on this test; remove it",
+                pytrace=False,
+            )
+        _check_kernel_marker(request, record, attn_device)
+        return record
+
+    return run
+
+
+def _with_session_figures(session: AttnSession, record: Record) -> Record:
+    """The share of the session's measured ceilings, and HBM traffic where ``--attn-hbm`` asks."""
+    ceilings = session.ceilings.get(record.device, record.case.dtype)
+    share = ceiling_share(record.figures.tflops, record.figures.tbps, record.case.dtype, ceilings)
+    pattern = session.options.hbm
+    if pattern is None or not record.device.is_cuda or not pattern.search(record.case.id):
+        return dataclasses.replace(record, ceilings=share)
+    text = case_json(record.case, 0)
+    try:
+        case_from_json(text)  # the subprocess must be able to rebuild the case (its mask from its id)
+        traffic = hbm.measure(text, record.work.min_bytes)
+    except ValueError as exc:  # a mask that cannot be named for the subprocess
+        traffic = f"cannot hand the case to ncu: {exc}"
+    if isinstance(traffic, str):
+        return dataclasses.replace(record, ceilings=share, hbm_note=traffic)
+    return dataclasses.replace(record, ceilings=share, hbm=traffic)
+
+
+def _check_kernel_marker(request: pytest.FixtureRequest, record: Record, device: DeviceInfo) -> None:
+    marker = request.node.get_closest_marker("attn_kernels")
+    if marker is None or not device.is_cuda:
+        return
+    problem = check_kernels([k.name for k in record.kernels], marker.kwargs.get("must", ()),
+                            marker.kwargs.get("must_not", ()))
+    if problem:
+        pytest.fail(f"{record.case.id}: {problem}", pytrace=False)
+
+
+@pytest.fixture
+def attn_kernels(request: pytest.FixtureRequest, attn_device: DeviceInfo) -> Callable[[AttnCase], list[KernelCall]]:
+    """``attn_kernels(case)``: check the case against the reference, then return the GPU kernels
+    one warm call launches (profiled, nothing timed); skips where the case cannot run."""
+    session = attn_session(request.config)
+
+    def run(case: AttnCase) -> list[KernelCall]:
+        try:
+            return case_kernels(case, session.registry.get(case.backend), attn_device, session.settings)
+        except CaseSkipped as exc:
+            pytest.skip(str(exc))
+        except CaseFailed as exc:
+            pytest.fail(str(exc), pytrace=False)
+
+    return run
+
+
+# ---- the end of the session ----------------------------------------------------------------------
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> Any:
+    """Before pytest-benchmark saves (its own wrapper saves before yielding, so this one must wrap
+    it): each result against the others of its problem, known only once the whole group has run."""
+    attn = session.config.stash.get(ATTN_SESSION, None)
+    if attn is not None:
+        peers = peers_of(attn.records, attn.options.speedup_vs)
+        for record in list(attn.records):
+            attn.update(dataclasses.replace(record, peers=peers.get(record.name)))
+    yield
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    session = config.stash.get(ATTN_SESSION, None)
+    if session is None or not (session.records or session.skips):
+        return
+    terminalreporter.write_sep("=", "pytest-attn summary")
+    device = session.device_if_probed
+    lines = render(session.records, device, session.skips, session.options.speedup_vs)
+    lines.insert(0, f"profile: {session.profile}; back ends: {', '.join(session.backends)}")
+    lines[1:1] = session.ceilings.lines()
+    lines.extend(f"note: {n}" for n in session.notes)
+    for line in lines:
+        terminalreporter.write_line(line)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, Any]) -> None:
+    """Put the GPU in pytest-benchmark's machine_info (saved runs and --benchmark-compare see it), in an
+    attention run only: pytest-benchmark asks at start-up too, when it loads runs to compare."""
+    session = config.stash.get(ATTN_SESSION, None)
+    if session is None or not session.active:
+        return
+    machine_info["attn_device"] = session.device.as_machine_info()
+    if session.device.is_cuda:
+        machine_info["attn_fingerprint"] = fingerprint_of(session.device, session.clock_lock).as_dict()

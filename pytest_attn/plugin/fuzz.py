@@ -1,0 +1,114 @@
+"""The fuzz suite's wiring: the Hypothesis profile, the ``attn_fuzzer`` fixture, opt-in on a GPU, and
+the examples-run summary.
+
+Hypothesis is to fuzzing what torch is to measuring: the fuzz layer imports it at module top, and it
+costs 0.12 s to import, so this wiring imports the fuzz layer only where fuzzing may happen -- an
+attention run (:func:`~pytest_attn.plugin.session.prepare_attention_run`), a profile named on the
+command line, the fixture -- never when the plugin loads into an unrelated pytest session.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from ..core.device import DeviceInfo
+from .options import given
+from .session import ATTENTION_RUN, FUZZ_PROFILE, FUZZER, VISIBLE_GPUS, attn_session, prepare_attention_run
+
+
+def _named_profile(config: pytest.Config) -> str | None:
+    return config.getoption("hypothesis_profile", None) or os.environ.get("HYPOTHESIS_PROFILE") or None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Register pytest-attn's profiles before Hypothesis' plugin loads the one ``--hypothesis-profile`` (or
+    ``HYPOTHESIS_PROFILE``) names."""
+    if _named_profile(config):
+        from ..fuzz import profiles  # noqa: F401  (registers ci, gpu and thorough)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """In an attention run, the profile fuzz tests run under: after Hypothesis' plugin has loaded a named
+    one, before any test module is imported (Hypothesis reads the profile when a test is decorated)."""
+    config = session.config
+    if given(config):
+        prepare_attention_run(config)
+    if _named_profile(config) or config.stash.get(ATTENTION_RUN, False):
+        from ..fuzz import profiles
+
+        gpus = config.stash.get(VISIBLE_GPUS, [])
+        config.stash[FUZZ_PROFILE] = _load_profile(config, profiles, has_gpu=bool(gpus))
+
+
+def _load_profile(config: pytest.Config, profiles: Any, has_gpu: bool) -> str:
+    """The profile the fuzz tests run under: Hypothesis' own option (or ``HYPOTHESIS_PROFILE``) when
+    given, else ``gpu`` on a GPU and ``ci`` without; ``--attn-fuzz-examples`` sets its example count."""
+    from hypothesis import settings
+
+    named = _named_profile(config)
+    profile = named or profiles.default_profile(has_gpu)
+    if not named:
+        settings.load_profile(profile)
+    examples = config.getoption("attn_fuzz_examples", None)
+    if examples is not None:
+        profile = profiles.with_examples(profile, examples)
+        settings.load_profile(profile)
+    return profile
+
+
+def fuzz_opted_in(config: pytest.Config) -> bool:
+    """On a GPU the fuzz suite runs only when asked: ``--attn-fuzz`` or a test_fuzz file named."""
+    return bool(config.getoption("attn_fuzz")) or any("test_fuzz" in str(a) for a in config.args)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On a GPU, fuzz tests skip unless opted in, so `pytest suites/` stays a benchmark run."""
+    fuzz_items = [i for i in items if "fuzz_target" in getattr(i, "fixturenames", ())]
+    if not fuzz_items or fuzz_opted_in(config) or not attn_session(config).has_gpu:
+        return
+    skip = pytest.mark.skip(reason="fuzzing is opt-in on a GPU (it compiles kernels for many shapes):"
+                                   " run pytest suites/test_fuzz_varlen.py, or add --attn-fuzz")
+    for item in fuzz_items:
+        item.add_marker(skip)
+
+
+class FuzzCheck:
+    """What the ``attn_fuzzer`` fixture gives a fuzz test: ``check(backend, direction, data)`` runs one
+    example and skips the test when the back end cannot be fuzzed here."""
+
+    def __init__(self, fuzzer: Any) -> None:
+        self.fuzzer = fuzzer
+        self.registry, self.device = fuzzer.registry, fuzzer.device
+
+    def check(self, name: str, direction: str, data: Any) -> None:
+        refused = self.fuzzer.check(name, direction, data)
+        if refused is not None:
+            pytest.skip(refused.reason)
+
+
+@pytest.fixture(scope="session")
+def attn_fuzzer(request: pytest.FixtureRequest, attn_device: DeviceInfo) -> FuzzCheck:
+    """Runs one fuzz example: ``attn_fuzzer.check(backend, direction, data)`` inside a ``@given`` test
+    (see suites/test_fuzz_varlen.py)."""
+    from ..fuzz.fuzzer import Fuzzer
+
+    session = attn_session(request.config)
+    fuzzer = Fuzzer(session.registry, attn_device, dtypes=session.options.dtypes,
+                    head_dims=request.config.getoption("attn_fuzz_head_dims"))
+    request.config.stash[FUZZER] = fuzzer
+    return FuzzCheck(fuzzer)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    fuzzer = config.stash.get(FUZZER, None)
+    if fuzzer is None or not fuzzer.examples:
+        return
+    terminalreporter.write_sep("=", "pytest-attn fuzz")
+    terminalreporter.write_line(f"hypothesis profile: {config.stash.get(FUZZ_PROFILE, '?')}; examples that ran"
+                                " (not rejected) per back end and direction:")
+    for (name, direction), n in sorted(fuzzer.examples.items()):
+        terminalreporter.write_line(f"  {name} {direction}: {n}")

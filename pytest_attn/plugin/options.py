@@ -1,0 +1,293 @@
+"""Every ``--attn-*`` option: its converter, its default and its help.
+
+Converters raise ``argparse.ArgumentTypeError`` naming the option and the valid values, so a bad value
+stops the run at start-up; defaults are already converted values, so nothing depends on argparse
+converting a default (``pytest --help`` configures without parsing them). :func:`given` says which
+options the command line set: the plugin does nothing costly unless one was, or an attention case
+is collected.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from ..core.adhoc import AdhocError, parse_case
+from ..core.case import DIRECTIONS, DTYPES
+from ..core.catalog import PROFILES, Variant
+from ..core.percent import parse_percent
+from ..engine.clocks import LockRequest, parse_lock
+from ..engine.timers import TIMER_KINDS
+from ..verdicts.gate import DEFAULT_THRESHOLD, parse_override
+
+T = TypeVar("T")
+
+#: dest -> (flag, default) of every option this plugin adds, for :func:`given`.
+DEFAULTS: dict[str, tuple[str, Any]] = {}
+
+
+def _converter(what: str, parse: Callable[[str], T]) -> Callable[[str], T]:
+    """``parse`` with its ValueError turned into argparse's error, named after the option."""
+
+    def convert(text: str) -> T:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            message = str(exc)
+            raise argparse.ArgumentTypeError(message if what in message else f"{what}: {message}") from None
+
+    return convert
+
+
+def comma_list(choices: tuple[str, ...], what: str) -> Callable[[str], tuple[str, ...]]:
+    """Converter for ``a,b,c`` lists whose items must be among ``choices``."""
+
+    def parse(text: str) -> tuple[str, ...]:
+        items = tuple(x.strip() for x in text.split(",") if x.strip())
+        if not items:
+            raise ValueError(f"empty {what} list; choose from {', '.join(choices)}")
+        bad = [x for x in items if x not in choices]
+        if bad:
+            raise ValueError(f"unknown {what} {', '.join(map(repr, bad))}; valid: {', '.join(choices)}")
+        return items
+
+    return _converter(f"--attn-{what}s", parse)
+
+
+def _names(text: str) -> tuple[str, ...]:
+    items = tuple(x.strip() for x in text.split(",") if x.strip())
+    if not items:
+        raise ValueError("empty back-end list; name at least one, or 'default' or 'all'")
+    return items
+
+
+def _choice(what: str, choices: tuple[str, ...], hint: str = "") -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise ValueError(f"unknown {what} {text!r}; valid: {', '.join(choices)}{hint}")
+        return text
+
+    return parse
+
+
+def _number(what: str, parse: Callable[[str], T], noun: str, minimum: float) -> Callable[[str], T]:
+    def convert(text: str) -> T:
+        try:
+            value = parse(text)
+        except ValueError:
+            raise ValueError(f"{what} must be {noun}, got {text!r}") from None
+        if not math.isfinite(value):  # type: ignore[arg-type]
+            raise ValueError(f"{what} must be a finite number, got {text!r}")
+        if value < minimum or not value > 0:  # type: ignore[operator]
+            limit = "positive" if minimum <= 1 else f">= {minimum:g} (fewer cannot estimate the precision)"
+            raise ValueError(f"{what} must be {limit}, got {text!r}")
+        return value
+
+    return _converter(what, convert)
+
+
+def positive_float(what: str) -> Callable[[str], float]:
+    return _number(what, float, "a number", 0)
+
+
+def positive_int(what: str, minimum: int = 1) -> Callable[[str], int]:
+    return _number(what, int, "a whole number", minimum)
+
+
+def _regex(text: str) -> re.Pattern[str]:
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise ValueError(f"--attn-hbm: {text!r} is not a regular expression ({exc})") from None
+
+
+def _head_dims(text: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"head dims must be comma-separated integers, got {text!r}") from None
+    if not dims or any(d <= 0 for d in dims):
+        raise ValueError(f"head dims must be positive integers, got {text!r}")
+    return dims
+
+
+def _adhoc(text: str) -> Variant:
+    try:
+        return parse_case(text)
+    except AdhocError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _override(text: str) -> tuple[str, str, float]:
+    return parse_override(text)
+
+
+# ---- the converters, one per option that takes a value --------------------------------------------
+profile = _converter("--attn-profile", _choice("profile", ("auto", *PROFILES),
+                                              " (auto: 'default' on a GPU, 'cpu' without)"))
+backend_names = _converter("--attn-backends", _names)
+dtypes = comma_list(DTYPES, "dtype")
+directions = comma_list(DIRECTIONS, "direction")
+timer = _converter("--attn-timer", _choice("timer", TIMER_KINDS))
+precision = _converter("--attn-precision", lambda t: parse_percent(t, "--attn-precision"))
+min_samples = positive_int("--attn-min-samples", 5)
+adhoc_case = _converter("--attn-case", _adhoc)
+lock_clocks = _converter("--attn-lock-clocks", parse_lock)
+hbm_pattern = _converter("--attn-hbm", _regex)
+inject_slowdown = _converter("--attn-inject-slowdown", lambda t: parse_percent(t, "--attn-inject-slowdown",
+                                                                              upper=10.0))
+fuzz_head_dims = _converter("--attn-fuzz-head-dims", _head_dims)
+threshold = _converter("--attn-threshold", lambda t: parse_percent(t, "--attn-threshold", upper=10.0))
+threshold_for = _converter("--attn-threshold-for", _override)
+
+
+def _add(group: Any, flag: str, default: Any, **kwargs: Any) -> None:
+    dest = flag.lstrip("-").replace("-", "_")
+    DEFAULTS[dest] = (flag, default)
+    group.addoption(flag, default=default, **kwargs)
+
+
+def add_options(parser: pytest.Parser) -> None:
+    g = parser.getgroup("attn", "pytest-attn: GPU attention benchmarks")
+    _add(g, "--attn-profile", "auto", type=profile, metavar="NAME",
+        help="case set: smoke (a few minutes on one GPU), default, full, cpu (tiny shapes, no GPU);"
+             " auto = default on a GPU, cpu without (default: auto)")
+    _add(g, "--attn-backends", ("default",), type=backend_names, metavar="LIST",
+         help="comma-separated back ends, or 'default' / 'all' (default: every built-in but the slow reference)")
+    _add(g, "--attn-dtypes", None, type=dtypes, metavar="LIST",
+         help="keep only these dtypes of the profile: fp16,bf16,fp32,fp8")
+    _add(g, "--attn-directions", None, type=directions, metavar="LIST",
+         help="keep only these directions: fwd, fwd+bwd")
+    _add(g, "--attn-peak-tflops", None, type=positive_float("--attn-peak-tflops"), metavar="TFLOPS",
+         help="dense peak TFLOP/s to compute MFU against (for GPUs not in the peak table)")
+    _add(g, "--attn-timer", "auto", type=timer, metavar="KIND",
+         help="auto (kernel-sum over CUDA-graph replays for calls < 5 ms, CUDA events otherwise), cuda-event,"
+              " cuda-graph, kernel-sum, cpu")
+    _add(g, "--attn-precision", 0.01, type=precision, metavar="PCT",
+         help="stop sampling when the median's 95%% CI half-width is below this (default 1%%)")
+    _add(g, "--attn-max-time", None, type=positive_float("--attn-max-time"), metavar="SECONDS",
+         help="cap on sampling time per case (default by profile: smoke 2, default 3, full 5, cpu 0.5)")
+    _add(g, "--attn-min-samples", 10, type=min_samples, metavar="N",
+         help="samples to take at least, 5 or more (default 10)")
+    _add(g, "--attn-case", [], type=adhoc_case, action="append", metavar="SPEC",
+         help="an ad-hoc problem, e.g. \"batch=4,seqlen=2048,heads=16,head_dim=128,causal,dtype=bf16\""
+              " (repeatable); without --attn-profile only these run, with it they run beside the catalog")
+    _add(g, "--attn-speedup-vs", "sdpa-math", metavar="BACKEND",
+         help="the back end every result's speedup is measured against on the same problem (default: sdpa-math)")
+    _add(g, "--attn-trace-dir", None, type=Path, metavar="DIR",
+         help="write one PyTorch-profiler Chrome trace per case (3 calls, after sampling) into DIR")
+    _add(g, "--attn-lock-clocks", LockRequest("off"), type=lock_clocks, metavar="off|base|max|MHZ[:require]",
+         help="lock the SM clock for the session through NVML (needs root) and restore it at the end;"
+              " :require stops at start-up if it cannot, :try (default) warns and records 'not locked'")
+    _add(g, "--attn-verify-timing", False, action="store_true",
+         help="one extra profiled run per case: flag it when the profiler's kernel time and the reported"
+              " median differ by more than 5%%")
+    _add(g, "--attn-hbm", None, type=hbm_pattern, metavar="REGEX",
+         help="re-run the cases whose id matches REGEX under Nsight Compute (ncu) and report HBM bytes read"
+              " and written against the minimal bytes (IO amplification)")
+    _add(g, "--attn-drop-throttled", False, action="store_true",
+         help="drop samples taken under 75%% of the nominal SM clock (nvbench's rule); count reported")
+    _add(g, "--attn-inject-slowdown", None, type=inject_slowdown, metavar="PCT",
+         help="make every back end this much slower on purpose (a GPU busy-wait after each call): shows that"
+              " the regression gate turns red")
+    _add(g, "--attn-no-verify", False, action="store_true",
+         help="skip the check of sampled output rows against the fp64 reference before timing")
+    _add_fuzz_options(g)
+    _add_gate_options(g)
+
+
+def _add_fuzz_options(g: Any) -> None:
+    _add(g, "--attn-fuzz", False, action="store_true",
+         help="run the fuzz suite on a GPU too (it is opt-in there: it compiles kernels for many shapes);"
+              " naming a test_fuzz file on the command line does the same")
+    _add(g, "--attn-fuzz-head-dims", None, type=fuzz_head_dims, metavar="LIST",
+         help="fuzz only these head dims (default: every one a back end takes, e.g. 16 ... 256 on a GPU);"
+              " --attn-dtypes narrows the fuzzed dtypes too")
+    _add(g, "--attn-fuzz-examples", None, type=positive_int("--attn-fuzz-examples"), metavar="N",
+         help="examples per property, overriding the Hypothesis profile's max_examples"
+              " (e.g. a short run of a back end that compiles per example, like flex)")
+
+
+def _add_gate_options(g: Any) -> None:
+    _add(g, "--attn-baseline", "auto", metavar="PATH|auto|off",
+         help="baseline to gate against: auto = baselines/<gpu-key>/baseline.json when it exists (default)")
+    _add(g, "--attn-baselines-dir", "baselines", metavar="DIR",
+         help="folder of per-GPU baselines, relative to the rootdir (default: baselines)")
+    _add(g, "--attn-threshold", DEFAULT_THRESHOLD, type=threshold, metavar="PCT",
+         help="a change must exceed this (and both runs' noise) to be SLOWER/FASTER (default 5%%)")
+    _add(g, "--attn-threshold-for", [], type=threshold_for, action="append",
+         metavar="KIND:NAME=PCT", help="per back end or group: backend:flex=10%% or group:NAME=3%% (repeatable)")
+    _add(g, "--attn-save-baseline", False, action="store_true",
+         help="store this run as the baseline for this GPU (baselines/<gpu-key>/baseline.json)")
+    _add(g, "--attn-force", False, action="store_true",
+         help="with --attn-save-baseline: replace a baseline recorded on another GPU, or a corrupt one")
+    _add(g, "--attn-report", None, type=Path, metavar="DIR",
+         help="write summary.md, results.csv and plots (TFLOP/s vs length, roofline) into DIR")
+
+
+def given(config: pytest.Config) -> list[str]:
+    """The ``--attn-*`` options this run set to something other than their default."""
+    return [flag for dest, (flag, default) in DEFAULTS.items() if config.getoption(dest, default) != default]
+
+
+# Per-case sampling time cap by profile (seconds); --attn-max-time overrides it.
+DEFAULT_MAX_TIME_S = {"smoke": 2.0, "default": 3.0, "full": 5.0, "cpu": 0.5}
+
+
+@dataclass(frozen=True)
+class AttnOptions:
+    """The benchmark options, converted; the rest are read where they are used (gate, fuzz)."""
+
+    profile: str = "auto"
+    backends: tuple[str, ...] = ("default",)
+    dtypes: tuple[str, ...] | None = None
+    directions: tuple[str, ...] | None = None
+    peak_tflops: float | None = None
+    timer: str = "auto"
+    precision: float = 0.01
+    max_time_s: float | None = None
+    min_samples: int = 10
+    verify: bool = True
+    drop_throttled: bool = False
+    verify_timing: bool = False
+    adhoc: tuple[Variant, ...] = ()
+    trace_dir: Path | None = None
+    speedup_vs: str = "sdpa-math"
+    hbm: re.Pattern[str] | None = None
+    inject_slowdown: float | None = None
+
+    @classmethod
+    def of(cls, config: pytest.Config) -> AttnOptions:
+        get = config.getoption
+        return cls(
+            profile=get("attn_profile"), backends=get("attn_backends"), dtypes=get("attn_dtypes"),
+            directions=get("attn_directions"), peak_tflops=get("attn_peak_tflops"), timer=get("attn_timer"),
+            precision=get("attn_precision"), max_time_s=get("attn_max_time"), min_samples=get("attn_min_samples"),
+            verify=not get("attn_no_verify"), drop_throttled=get("attn_drop_throttled"),
+            verify_timing=get("attn_verify_timing"), adhoc=tuple(get("attn_case")), trace_dir=get("attn_trace_dir"),
+            speedup_vs=get("attn_speedup_vs"), hbm=get("attn_hbm"), inject_slowdown=get("attn_inject_slowdown"),
+        )
+
+    def resolve_backends(self, known: list[str], defaults: list[str]) -> tuple[str, ...]:
+        """Expand 'default'/'all' and check every name; ValueError lists the valid names."""
+        out: list[str] = []
+        for name in self.backends:
+            expanded = defaults if name == "default" else known if name == "all" else [name]
+            for n in expanded:
+                if n not in known:
+                    raise ValueError(
+                        f"--attn-backends: unknown back end {n!r}; valid: {', '.join(known)} (or 'default', 'all')"
+                    )
+                if n not in out:
+                    out.append(n)
+        return tuple(out)
+
+    def max_time_for(self, profile: str) -> float:
+        return self.max_time_s if self.max_time_s is not None else DEFAULT_MAX_TIME_S[profile]

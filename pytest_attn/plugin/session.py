@@ -1,0 +1,227 @@
+"""The session: options resolved once at ``pytest_configure``, the back ends, the device (probed on
+first use), and what the run produced. Every stash key of the plugin is here.
+
+Nothing costly happens at configure: the registry is built (back-end modules import no library) and
+the options are checked; torch, the device and NVML are touched only once an attention case is
+collected, an ``--attn-*`` option is given, or a suite's conftest calls :func:`prepare_attention_run`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..backends import builtin_registry
+from ..backends.base import Registry, RegistryError
+from ..backends.registration import register_entry_points
+from ..core.case import AttnCase
+from ..core.catalog import profile_variants
+from ..core.device import DeviceInfo
+from ..core.record import Record
+from ..engine.ceilings import CeilingCache
+from ..engine.nvml import NoNvml, Nvml, VisibleGpu, visible_devices
+from ..engine.probe import probe_device
+from ..engine.runner import RunSettings
+from ..engine.slowed import SlowedBackend
+from ..engine.stopping import StopRule, WarmupRule
+from ..verdicts.fingerprint import gpu_key
+from ..verdicts.gate import Thresholds
+from .options import AttnOptions
+
+DEFAULT_STORAGE = "file://./.benchmarks"
+
+
+@dataclass(frozen=True)
+class GateOptions:
+    thresholds: Thresholds
+    baseline: str  # "auto", "off" or a path
+    baselines_dir: Path
+    save: bool
+    force: bool
+    report: Path | None
+
+    @classmethod
+    def of(cls, config: pytest.Config) -> GateOptions:
+        get = config.getoption
+        return cls(Thresholds.build(get("attn_threshold"), get("attn_threshold_for")), get("attn_baseline"),
+                   config.rootpath / get("attn_baselines_dir"), get("attn_save_baseline"), get("attn_force"),
+                   get("attn_report"))
+
+
+class AttnSession:
+    """State of one pytest session: resolved options, back ends, device, results."""
+
+    def __init__(self, config: pytest.Config, options: AttnOptions, gate: GateOptions) -> None:
+        self.config = config
+        self.options = options
+        self.gate = gate
+        self.records: list[Record] = []
+        self.extra_infos: dict[str, dict[str, Any]] = {}  # by record name: the benchmark's extra_info
+        self.skips: list[str] = []
+        self.clock_lock = "not locked"
+        self.ceilings = CeilingCache()
+        self.notes: list[str] = []  # session-level lines for the summary
+        self._device: tuple[DeviceInfo, Nvml] | None = None
+
+    # ---- back ends -------------------------------------------------------------------------------
+    @cached_property
+    def registry(self) -> Registry:
+        """Built-in back ends, entry points and conftest registrations (and the deliberate slowdown)."""
+        registry = builtin_registry()
+        try:
+            register_entry_points(registry)
+            self.config.hook.pytest_attn_register_backends(registry=registry, config=self.config)
+        except RegistryError as exc:
+            raise pytest.UsageError(f"registering back ends: {exc}") from None
+        slowdown = self.options.inject_slowdown
+        return Registry([SlowedBackend(b, slowdown) for b in registry]) if slowdown else registry
+
+    @cached_property
+    def backends(self) -> tuple[str, ...]:
+        try:
+            names = self.options.resolve_backends(self.registry.names(), self.registry.default_names())
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        if self.options.speedup_vs not in self.registry.names():
+            raise pytest.UsageError(f"--attn-speedup-vs={self.options.speedup_vs!r} is not a back end; known:"
+                                    f" {', '.join(self.registry.names())}")
+        unknown = self.gate.thresholds.unknown(self.registry.names())
+        if unknown:
+            raise pytest.UsageError(f"--attn-threshold-for names no back end: {', '.join(unknown)}; known:"
+                                    f" {', '.join(self.registry.names())}")
+        return names
+
+    def backends_for(self, kind: str) -> list[str]:
+        """The selected back ends that take part in a suite kind (some, such as the mask suite's
+        forced-custom-mask expressions or the decode-only KV-cache calls, declare ``only_suites``)."""
+        names = []
+        for name in self.backends:
+            only = getattr(self.registry.get(name), "only_suites", ())
+            if not only or kind in only or kind == "all":
+                names.append(name)
+        return names
+
+    # ---- device ----------------------------------------------------------------------------------
+    @property
+    def active(self) -> bool:
+        """An attention run (see :func:`prepare_attention_run`), or one that has touched the device."""
+        return self.config.stash.get(ATTENTION_RUN, False) or self._device is not None
+
+    @property
+    def device(self) -> DeviceInfo:
+        if self._device is None:
+            self._device = probe_device()
+        return self._device[0]
+
+    @property
+    def nvml(self) -> Nvml:
+        return self._device[1] if self._device is not None else NoNvml("device not probed")
+
+    @property
+    def device_if_probed(self) -> DeviceInfo | None:
+        return self._device[0] if self._device is not None else None
+
+    @cached_property
+    def has_gpu(self) -> bool:
+        """Whether torch sees a CUDA device (no device probe, no CUDA context)."""
+        import torch
+
+        return torch.cuda.is_available()
+
+    @cached_property
+    def profile(self) -> str:
+        if self.options.profile != "auto":
+            return self.options.profile
+        return "default" if self.has_gpu else "cpu"
+
+    @cached_property
+    def settings(self) -> RunSettings:
+        o = self.options
+        return RunSettings(
+            timer=o.timer,
+            stop=StopRule(target_precision=o.precision, min_samples=o.min_samples,
+                          max_time_s=o.max_time_for(self.profile)),
+            warmup=WarmupRule(max_time_s=2.0 if self.profile == "cpu" else 10.0),
+            verify=o.verify, peak_tflops=o.peak_tflops, drop_throttled=o.drop_throttled,
+            verify_timing=o.verify_timing, trace_dir=o.trace_dir, clock_lock=self.clock_lock,
+        )
+
+    # ---- cases and results -----------------------------------------------------------------------
+    def cases(self, kind: str = "prefill") -> list[AttnCase]:
+        """The profile's cases of one kind ("prefill", "decode", "varlen", "masks" or "all") for the
+        selected back ends, dtypes and directions, back ends innermost so one problem's results sit
+        together."""
+        only_adhoc = self.options.adhoc and self.options.profile == "auto"
+        variants = [] if only_adhoc else profile_variants(self.profile, kind)
+        variants += [v for v in self.options.adhoc if v.shape.kind == kind or kind == "all"]
+        if self.options.dtypes:
+            variants = [v for v in variants if v.dtype in self.options.dtypes]
+        if self.options.directions:
+            variants = [v for v in variants if v.direction in self.options.directions]
+        return [v.case(b) for v in variants for b in self.backends_for(kind)]
+
+    def add(self, record: Record, extra_info: dict[str, Any]) -> None:
+        """Keep a result, and the benchmark's ``extra_info`` it is written to (see :meth:`update`)."""
+        self.records.append(record)
+        self.extra_infos[record.name] = extra_info
+        extra_info.clear()
+        extra_info.update(record.to_json())
+
+    def update(self, record: Record) -> None:
+        """Replace a kept result (e.g. with its peers, known at the end) and rewrite its ``extra_info``."""
+        self.records = [record if r.name == record.name else r for r in self.records]
+        info = self.extra_infos.get(record.name)
+        if info is not None:
+            info.clear()
+            info.update(record.to_json())
+
+
+ATTN_SESSION = pytest.StashKey[AttnSession]()
+ATTENTION_RUN = pytest.StashKey[bool]()  # set by prepare_attention_run
+VISIBLE_GPUS = pytest.StashKey[list[VisibleGpu]]()  # what NVML saw when the run was prepared
+CLOCK_LOCKER = pytest.StashKey[Any]()
+FUZZER = pytest.StashKey[Any]()  # the session's pytest_attn.fuzz.fuzzer.Fuzzer, once a fuzz test ran
+FUZZ_PROFILE = pytest.StashKey[str]()  # the Hypothesis profile the fuzz tests run under
+GATE_LINES = pytest.StashKey["list[str]"]()
+
+
+def attn_session(config: pytest.Config) -> AttnSession:
+    return config.stash[ATTN_SESSION]
+
+
+def attn_cases(config: pytest.Config, kind: str = "prefill") -> list[AttnCase]:
+    """Cases for a suite's ``pytest_generate_tests``; see suites/test_prefill.py."""
+    return attn_session(config).cases(kind)
+
+
+def fuzz_targets(config: pytest.Config) -> list[tuple[str, str]]:
+    """(back end, direction) pairs to fuzz: every selected back end but the reference itself, forward,
+    and forward+backward where it has a backward (``--attn-directions`` narrows them)."""
+    session = attn_session(config)
+    wanted = session.options.directions or ("fwd", "fwd+bwd")
+    targets: list[tuple[str, str]] = []
+    for name in session.backends:
+        backend = session.registry.get(name)
+        if name == "reference":
+            continue
+        targets.extend((name, d) for d in wanted if d == "fwd" or backend.has_backward)
+    return targets
+
+
+def prepare_attention_run(config: pytest.Config) -> None:
+    """Call from a benchmark suite's ``conftest.py`` (``pytest_configure``, ``tryfirst=True``): marks the
+    session as an attention run, so pytest-benchmark's ``machine_info`` gets the GPU and, on a GPU, its
+    local history is kept per GPU model (``.benchmarks/<gpu-key>/``, unless ``--benchmark-storage`` is
+    given) -- two GPUs' runs are never compared. The plugin does the same when an ``--attn-*`` option
+    is given. Costs an NVML query (no CUDA context). The fuzz wiring then loads pytest-attn's Hypothesis
+    profile for the run (``gpu`` where NVML sees a GPU, ``ci`` without)."""
+    if config.stash.get(ATTENTION_RUN, False):
+        return
+    config.stash[ATTENTION_RUN] = True
+    found = config.stash[VISIBLE_GPUS] = visible_devices()
+    if found and config.getoption("benchmark_storage", DEFAULT_STORAGE) == DEFAULT_STORAGE:
+        config.option.benchmark_storage = f"{DEFAULT_STORAGE}/{gpu_key(found[0].name)}"

@@ -1,0 +1,87 @@
+"""What a stored result was measured on, and whether two runs may be compared.
+
+pytest-benchmark's machine id has no GPU in it. A :class:`Fingerprint` adds what decides a GPU
+figure: the GPU (name, SM count, memory), driver, CUDA, torch, flash-attn and FlashInfer versions,
+the clock-lock state and the power limit. A difference in the GPU itself *blocks* a comparison (an
+H100 is not a slower H200); a difference in software or settings *informs*: it is shown beside the
+verdicts, because it may be the reason for them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, fields
+from importlib import metadata
+from typing import Any
+
+from ..core.device import DeviceInfo
+
+BLOCKING = ("gpu", "sm_count", "memory_gib")
+INFORMING = ("driver", "cuda", "torch", "flash_attn", "flashinfer", "clocks", "power_limit_w")
+
+
+def gpu_key(name: str) -> str:
+    """A folder name for a GPU: ``NVIDIA H200`` -> ``nvidia-h200``."""
+    key = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    return key or "unknown-gpu"
+
+
+def library_version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    gpu: str
+    sm_count: int | None = None
+    memory_gib: int | None = None
+    driver: str | None = None
+    cuda: str | None = None
+    torch: str | None = None
+    flash_attn: str | None = None
+    flashinfer: str | None = None
+    clocks: str = "not locked"
+    power_limit_w: float | None = None
+
+    @property
+    def key(self) -> str:
+        return gpu_key(self.gpu)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Fingerprint:
+        known = {f.name for f in fields(cls)}
+        if not isinstance(data, dict) or "gpu" not in data:
+            raise ValueError("a fingerprint needs at least a 'gpu' entry")
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def fingerprint_of(device: DeviceInfo, clocks: str = "not locked") -> Fingerprint:
+    memory = round(device.total_memory_bytes / 2**30) if device.total_memory_bytes else None
+    return Fingerprint(
+        gpu=device.name,
+        sm_count=device.sm_count,
+        memory_gib=memory,
+        driver=device.driver,
+        cuda=device.cuda_version,
+        torch=device.torch_version,
+        flash_attn=library_version("flash-attn") or library_version("flash_attn"),
+        flashinfer=library_version("flashinfer-python") or library_version("flashinfer"),
+        clocks=clocks,
+        power_limit_w=device.power_limit_w,
+    )
+
+
+def differences(baseline: Fingerprint, current: Fingerprint) -> tuple[list[str], list[str]]:
+    """(blocking, informing) differences, each as ``field: baseline value -> this run's value``."""
+    out: dict[str, list[str]] = {"blocking": [], "informing": []}
+    for name, group in [(n, "blocking") for n in BLOCKING] + [(n, "informing") for n in INFORMING]:
+        a, b = getattr(baseline, name), getattr(current, name)
+        if a != b and not (a is None or b is None):
+            out[group].append(f"{name}: {a} (baseline) -> {b} (this run)")
+    return out["blocking"], out["informing"]

@@ -1,0 +1,131 @@
+"""Plots of a run's result records (matplotlib, the ``plots`` extra): throughput against sequence
+length per back end, and a roofline placing each case against the GPU's compute and bandwidth
+ceilings. Everything a point needs -- direction, lengths, figures, ceilings -- is read from the
+record, never from a test id."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..core.record import Record
+
+PANELS = ("prefill (seqlen_q = seqlen_k)", "decode and chunked prefill (seqlen_q < seqlen_k)")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One result as the plots place it."""
+
+    backend: str
+    direction: str
+    panel: str
+    keys: int  # max seqlen_k
+    tflops: float
+    tbps: float
+    intensity: float
+
+
+def points(records: Sequence[Record]) -> list[Point]:
+    """A point per record, its panel chosen by the case's lengths: prefill-like cases apart from decode
+    steps, whose TFLOP/s are two orders of magnitude lower at the same key length. Pure."""
+    out = []
+    for r in records:
+        c = r.case
+        panel = PANELS[1] if c.max_seqlen_q < c.max_seqlen_k else PANELS[0]
+        out.append(Point(c.backend, c.direction, panel, c.max_seqlen_k, r.figures.tflops, r.figures.tbps,
+                         r.figures.arithmetic_intensity))
+    return out
+
+
+def throughput_series(pts: Sequence[Point]) -> dict[tuple[str, str, str], list[tuple[int, float]]]:
+    """(panel, back end, direction) -> sorted (max seqlen_k, TFLOP/s). Pure."""
+    series: dict[tuple[str, str, str], list[tuple[int, float]]] = {}
+    for p in pts:
+        series.setdefault((p.panel, p.backend, p.direction), []).append((p.keys, p.tflops))
+    return {key: sorted(xy) for key, xy in sorted(series.items())}
+
+
+def roofline_ceilings(records: Sequence[Record]) -> tuple[float, float, str] | None:
+    """(TFLOP/s, ridge FLOP/B, which): the measured ceilings of the run where they were measured, else
+    the datasheet's; None where neither is known. Pure."""
+    for r in records:
+        mm, copy = r.ceilings.matmul_tflops, r.ceilings.copy_tbps
+        if mm and copy:
+            return mm, mm / copy, "measured ceilings"
+    for r in records:
+        if r.figures.peak_tflops and r.figures.ridge_intensity:
+            return r.figures.peak_tflops, r.figures.ridge_intensity, "datasheet ceilings"
+    return None
+
+
+def write_plots(folder: Path, records: Sequence[Record]) -> list[str]:
+    """``tflops_vs_seqlen.png`` and ``roofline.png`` in ``folder``; what was written, or why not."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return ["plots skipped: matplotlib is not installed (pip install -e \".[plots]\")"]
+    if not records:
+        return ["plots skipped: no timed results in this run"]
+    folder.mkdir(parents=True, exist_ok=True)
+    pts = points(records)
+    written = [_throughput(plt, folder, throughput_series(pts))]
+    ceilings = roofline_ceilings(records)
+    if ceilings is None:
+        written.append("roofline skipped: the GPU's peak is not known (pass --attn-peak-tflops)")
+    else:
+        written.append(_roofline(plt, folder, pts, *ceilings))
+    return written
+
+
+def _throughput(plt: Any, folder: Path, series: dict[tuple[str, str, str], list[tuple[int, float]]]) -> str:
+    """One panel for prefill-like cases, one for decode steps; a colour per back end, a marker per
+    direction, points only (cases of one key length differ in heads and batch: no line joins them)."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5))
+    backends = sorted({b for _, b, _ in series})
+    colours = {b: plt.cm.tab20.colors[i % 20] for i, b in enumerate(backends)}
+    for ax, panel in zip(axes, PANELS, strict=True):
+        mine = {k: xy for k, xy in series.items() if k[0] == panel}
+        for (_, backend, direction), xy in mine.items():
+            ax.scatter([x for x, _ in xy], [y for _, y in xy], color=colours[backend],
+                       marker="^" if direction == "fwd+bwd" else "o", label=f"{backend} {direction}", s=22)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("keys per sequence (max seqlen_k)")
+        ax.set_ylabel("TFLOP/s (exact-mask FLOPs)")
+        ax.set_title(panel if mine else f"{panel}: none in this run", fontsize=9)
+        ax.grid(True, alpha=0.3)
+        if mine:
+            ax.legend(fontsize=7)
+    fig.suptitle("Attention throughput by back end")
+    fig.tight_layout()
+    fig.savefig(folder / "tflops_vs_seqlen.png", dpi=120)
+    plt.close(fig)
+    return str(folder / "tflops_vs_seqlen.png")
+
+
+def _roofline(plt: Any, folder: Path, pts: Sequence[Point], peak: float, ridge: float, which: str) -> str:
+    fig, ax = plt.subplots(figsize=(8, 5))
+    ax.set_prop_cycle(color=plt.cm.tab20.colors)
+    xs = [p.intensity for p in pts]
+    lo, hi = min([*xs, ridge]) / 2, max([*xs, ridge]) * 2
+    ax.plot([lo, ridge, hi], [peak * lo / ridge, peak, peak], color="black", label=f"ceilings ({peak:.0f} TFLOP/s,"
+            f" {peak / ridge:.2f} TB/s)")
+    for backend in sorted({p.backend for p in pts}):
+        mine = [p for p in pts if p.backend == backend]
+        ax.scatter([p.intensity for p in mine], [p.tflops for p in mine], label=backend, s=18)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("FLOPs per minimal byte")
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title(f"Roofline ({which})")
+    ax.grid(True, alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(folder / "roofline.png", dpi=120)
+    plt.close(fig)
+    return str(folder / "roofline.png")

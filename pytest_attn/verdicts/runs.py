@@ -1,0 +1,74 @@
+"""The benchmarks of a run as verdicts see them: a name, a group, a median and how noisy it was, and
+the result record behind it where the run holds one.
+
+A run is pytest-benchmark's JSON (``--benchmark-json``, a saved run, a stored baseline); pytest-attn
+writes each result's :class:`~pytest_attn.core.record.Record` as its ``extra_info``. Runs written
+before the record existed (flat ``extra_info`` keys) and plain pytest-benchmark runs are still read,
+with what they hold: a median, and a spread from pytest-attn's ``precision`` or the IQR. Pure.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.record import Record, is_record
+
+
+@dataclass(frozen=True)
+class Bench:
+    name: str  # pytest-benchmark's fullname: the test's node id
+    group: str
+    backend: str
+    median_s: float
+    spread: float  # relative: the median's 95 % CI half-width when pytest-attn measured it, else IQR / 2 / median
+    tflops: float | None = None
+    mfu: float | None = None
+    record: Record | None = None
+
+
+def _finite(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def bench_of(record: Record) -> Bench:
+    """A record as a benchmark (the current run, before pytest-benchmark wrote anything)."""
+    return Bench(record.name, record.case.group, record.case.backend, record.median_s,
+                 _finite(record.timing.precision) or 0.0, record.figures.tflops, record.figures.mfu_datasheet, record)
+
+
+def _bench(raw: Mapping[str, Any]) -> Bench:
+    stats, info = raw["stats"], raw.get("extra_info") or {}
+    name = raw.get("fullname") or raw["name"]
+    median = float(stats["median"])
+    if is_record(info):
+        record = Record.from_json(info)
+        return Bench(name, raw.get("group") or record.case.group, record.case.backend, median,
+                     _finite(record.timing.precision) or 0.0, record.figures.tflops, record.figures.mfu_datasheet,
+                     record)
+    spread = _finite(info.get("precision"))
+    if spread is None:
+        iqr = _finite(stats.get("iqr"))
+        spread = iqr / 2 / median if iqr is not None and median > 0 else 0.0
+    return Bench(name, raw.get("group") or "", str(info.get("backend", "")), median, spread,
+                 _finite(info.get("tflops")), _finite(info.get("mfu_datasheet")))
+
+
+def benches(run: Mapping[str, Any]) -> dict[str, Bench]:
+    """The benchmarks of a run (pytest-benchmark JSON), by full name."""
+    out: dict[str, Bench] = {}
+    for raw in run.get("benchmarks", []):
+        bench = _bench(raw)
+        out[bench.name] = bench
+    return out
+
+
+def by_name(records: Iterable[Record]) -> dict[str, Bench]:
+    return {b.name: b for b in map(bench_of, records)}
+
+
+def records(run: Mapping[str, Any]) -> list[Record]:
+    """The result records a run holds (none for a run written before the record existed)."""
+    return [b.record for b in benches(run).values() if b.record is not None]

@@ -1,0 +1,166 @@
+"""The end-of-session table: one row per result record, back ends on the same problem side by side,
+and the notes that say which figures to doubt. Pure."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+from ..core.device import DeviceInfo
+from ..core.record import Peers, Record
+from .peers import peers_of, slow_path_lines
+
+COLUMNS = ("backend", "median", "±95%", "vs best", "speedup", "TFLOP/s", "MFU", "MFU@clk", "of ceil", "SM MHz",
+           "TB/s", "FLOP/B", "bound", "peak mem", "timer")
+
+
+def fmt_time(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.3f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3f} ms"
+    return f"{seconds * 1e6:.2f} us"
+
+
+def fmt_pct(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return "<0.1%" if 0 < value < 0.001 else f"{value * 100:.1f}%"
+
+
+def fmt_bytes(value: int | None) -> str:
+    if value is None:
+        return "n/a"
+    if value >= 2**30:
+        return f"{value / 2**30:.2f} GiB"
+    return f"{value / 2**20:.1f} MiB"
+
+
+def fmt_num(value: float | None, digits: int = 1) -> str:
+    return "n/a" if value is None else f"{value:,.{digits}f}"
+
+
+def row(result: Record, slowdown: float = 1.0, speedup: float | None = None) -> tuple[str, ...]:
+    f, t = result.figures, result.timing
+    clock = result.clocks.sm_clock_mhz
+    timer = t.timer + (f" x{t.calls_per_sample}" if t.calls_per_sample > 1 else "")
+    return (
+        result.case.backend,
+        fmt_time(f.median_s),
+        fmt_pct(t.precision) if math.isfinite(t.precision) else "n/a",
+        f"{slowdown:.2f}x",
+        "n/a" if speedup is None else f"{speedup:.1f}x",
+        fmt_num(f.tflops, 1 if f.tflops >= 1 else 3),
+        fmt_pct(f.mfu_datasheet),
+        fmt_pct(f.mfu_at_clock),
+        fmt_pct(result.ceilings.of_bound(f.bound)),
+        "n/a" if clock is None else f"{clock:.0f}",
+        fmt_num(f.tbps, 2 if f.tbps >= 0.01 else 4),
+        fmt_num(f.arithmetic_intensity, 0),
+        f.bound,
+        fmt_bytes(result.peak_memory_bytes),
+        timer,
+    )
+
+
+def result_notes(r: Record) -> list[str]:
+    """What to doubt about one result: peak notes, timer fall-backs, an unsettled warm-up, a timing
+    self-check that disagreed, throttling, a time cap before the precision target."""
+    notes = [r.figures.peak_note] if r.figures.peak_note else []
+    t, throttle = r.timing, r.clocks.throttle
+    if t.timer_note:
+        notes.append(f"{r.case.id}: {t.timer_note}")
+    if not t.warmup_settled:
+        notes.append(f"{r.case.id}: warm-up did not settle within its time cap")
+    if r.timing_check is not None and not r.timing_check.ok:
+        notes.append(f"{r.case.id}: timing self-check: {r.timing_check.describe()}")
+    if throttle is not None and (throttle.mostly_throttled or throttle.dropped):
+        flag = "mostly measured while throttled: " if throttle.mostly_throttled else ""
+        notes.append(f"{r.case.id}: {flag}{throttle.describe()}")
+    if t.stop_reason != "precision":
+        notes.append(f"{r.case.id}: stopped at the {t.stop_reason} at ±{fmt_pct(t.precision)}")
+    if r.hbm is not None:
+        notes.append(f"{r.case.id}: {r.hbm.describe()}")
+    if r.hbm_note:
+        notes.append(f"{r.case.id}: HBM not measured: {r.hbm_note}")
+    return notes
+
+
+def _table(rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for r in rows:
+        cells = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))]
+        lines.append(indent + "  ".join(cells).rstrip())
+    return lines
+
+
+def timing_check_line(results: Sequence[Record]) -> str | None:
+    """One line for ``--attn-verify-timing``: how many cases were checked, the range of reported median
+    over the profiler's kernel time, and how many differ by more than the tolerance."""
+    checks = [r.timing_check for r in results if r.timing_check is not None]
+    if not checks:
+        return None
+    ratios = [c.ratio for c in checks]
+    flagged = sum(not c.ok for c in checks)
+    return (f"timing self-check: {len(checks)} cases, reported median / profiler kernel time"
+            f" {min(ratios):.3f} to {max(ratios):.3f}; {flagged} beyond {checks[0].tolerance:.0%}"
+            + (" (see the notes)" if flagged else ""))
+
+
+def render(results: Sequence[Record], device: DeviceInfo | None, skips: Iterable[str] = (),
+           reference: str = "sdpa-math") -> list[str]:
+    """Lines of the summary: a header, then one block per problem (group), the slow paths, the notes
+    and the skip reasons."""
+    lines = _header(results, device, reference)
+    relative = peers_of(results, reference)
+    groups: dict[str, list[Record]] = {}
+    for r in results:
+        groups.setdefault(r.case.group, []).append(r)
+    notes: list[str] = []
+    for group, members in groups.items():
+        lines += _group(group, sorted(members, key=lambda r: r.median_s), relative)
+        for r in members:
+            notes.extend(n for n in result_notes(r) if n not in notes)
+    slow = slow_path_lines(results, relative)
+    if slow:
+        lines += ["", "slow paths (the mask held as data, against the fastest expression of the same mask):"]
+        lines += [f"  {line}" for line in slow]
+    if notes:
+        lines += ["", *(f"note: {n}" for n in notes)]
+    reasons: dict[str, int] = {}
+    for reason in skips:
+        reasons[reason] = reasons.get(reason, 0) + 1
+    if reasons:
+        lines += ["", "skipped:"]
+        lines += [f"  {n} x {reason}" for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1])]
+    return lines
+
+
+def _header(results: Sequence[Record], device: DeviceInfo | None, reference: str) -> list[str]:
+    lines: list[str] = []
+    if device is not None:
+        lines.append(f"device: {device.describe()}")
+        if device.is_cuda and device.nvml_status != "ok":
+            lines.append(f"NVML: {device.nvml_status}")
+    if results:
+        lines.append(
+            "FLOPs: exact-mask convention (2*(d_qk+d_v) per visible query-key pair per head, bwd = 2.5 x fwd);"
+            " MFU vs the datasheet peak, MFU@clk vs the peak at the SM clock seen while sampling;"
+            f" speedup = {reference}'s median / this one's (n/a where {reference} did not run);"
+            " of ceil = share of the measured ceiling of its bound (matmul in its dtype, or copy)"
+        )
+        check = timing_check_line(results)
+        if check:
+            lines.append(check)
+    return lines
+
+
+def _group(group: str, members: list[Record], relative: dict[str, Peers]) -> list[str]:
+    """One problem: its description, then a row per back end, fastest first, and how each held the mask."""
+    first = members[0]
+    lines = ["", f"{group}: {first.case.describe()}, {first.work.flops / 1e9:,.3f} GFLOP per call"]
+    lines += _table([COLUMNS, *(row(r, relative[r.name].slowdown, relative[r.name].speedup) for r in members)])
+    if len({r.expression for r in members if r.expression}) > 1:
+        lines.append("  mask as: " + "; ".join(f"{r.case.backend}: {r.expression}" for r in members if r.expression))
+    return lines

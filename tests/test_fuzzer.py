@@ -1,0 +1,114 @@
+"""The fuzzer (pytest_attn.fuzz.fuzzer) catches real bugs: a correct CPU back end with planted faults,
+each found by the ``ci`` profile within its example budget; the same back end without a fault passes."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+torch = pytest.importorskip("torch")
+
+from pytest_attn.backends import Registry  # noqa: E402
+from pytest_attn.core import masks  # noqa: E402
+from pytest_attn.core.device import DeviceInfo  # noqa: E402
+from pytest_attn.core.layouts import sequence  # noqa: E402
+from pytest_attn.fuzz.fuzzer import Fuzzer, Refused  # noqa: E402
+from pytest_attn.oracle.reference import attention_rows  # noqa: E402
+
+CPU = DeviceInfo(kind="cpu", name="cpu", torch_version=torch.__version__)
+FAULTS = ("none", "cu_seqlens_off_by_one", "top_left_causal", "gqa_head_mapping", "drop_last_sequence",
+          "default_scale")
+
+
+class Planted:
+    """Packed-token attention computed per sequence with the upcast math, plus one planted fault."""
+
+    name = "planted"
+    description = "reference math with a planted fault"
+    layout = "thd"
+    needs_cuda = False
+    has_backward = True
+    default_enabled = False
+    empty_rows = "zero"
+
+    def __init__(self, fault: str) -> None:
+        self.fault = fault
+
+    def available(self):
+        return None
+
+    def supports(self, case, device):
+        return None
+
+    def workspace_bytes(self, case):
+        return 0
+
+    def prepare(self, case, inputs):
+        fault = self.fault
+
+        def forward():
+            out = torch.empty((case.total_q, case.heads_q, case.head_dim_v), dtype=inputs.q.dtype)
+            starts_k = inputs.cu_seqlens_k.tolist()
+            for i in range(case.batch):
+                if fault == "drop_last_sequence" and i == case.batch - 1:
+                    continue
+                q = sequence(inputs.q, "thd", case, i, "q")
+                k = sequence(inputs.k, "thd", case, i, "k")
+                v = sequence(inputs.v, "thd", case, i, "k")
+                if fault == "cu_seqlens_off_by_one" and i > 0:  # reads keys from one token later
+                    lo, n = starts_k[i] + 1, case.seqlens_k[i]
+                    k = inputs.k[lo : lo + n] if lo + n <= case.total_k else k
+                    v = inputs.v[lo : lo + n] if lo + n <= case.total_k else v
+                one = case
+                if fault == "top_left_causal" and case.mask.kind == "causal":
+                    one = _with(case, mask=masks.causal("top-left"))
+                if fault == "default_scale":
+                    one = _with(case, softmax_scale=None)
+                if fault == "gqa_head_mapping" and case.heads_q != case.heads_kv:  # h -> h % kv, not h // group
+                    group = case.heads_q // case.heads_kv
+                    k = k.repeat(1, group, 1)
+                    v = v.repeat(1, group, 1)
+                    one = _with(case, heads_kv=case.heads_q)
+                start = sum(case.seqlens_q[:i])
+                out[start : start + case.seqlens_q[i]] = attention_rows(q, k, v, one, None, q.dtype)
+            return out
+
+        return forward
+
+
+def _with(case, **changes):
+    import dataclasses
+
+    return dataclasses.replace(case, **changes)
+
+
+def _fuzz(fault: str, direction: str = "fwd") -> None:
+    fuzzer = Fuzzer(Registry([Planted(fault)]), CPU, dtypes=("fp32",))
+
+    @settings(settings.get_profile("ci"), database=None)
+    @given(data=st.data())
+    def prop(data):
+        fuzzer.check("planted", direction, data)
+
+    prop()
+
+
+def test_the_correct_back_end_passes():
+    _fuzz("none")
+    _fuzz("none", "fwd+bwd")
+
+
+@pytest.mark.parametrize("fault", FAULTS[1:])
+def test_the_ci_profile_finds_each_planted_fault(fault):
+    with pytest.raises(AssertionError, match="planted gives a wrong result") as info:
+        _fuzz(fault)
+    assert "replay: PYTHONPATH=. python -m pytest_attn.fuzz '" in str(info.value)
+
+
+def test_a_back_end_that_cannot_run_here_is_a_refusal_not_a_skip():
+    class GpuOnly(Planted):
+        needs_cuda = True
+
+    fuzzer = Fuzzer(Registry([GpuOnly("none")]), CPU)
+    assert fuzzer.check("planted", "fwd", data=None) == Refused("no CUDA device")

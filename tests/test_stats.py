@@ -1,0 +1,32 @@
+"""Order statistics of samples (pytest_attn.core.stats): the median and its distribution-free CI."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pytest_attn.core.stats import median, median_ci, relative_precision
+
+
+def test_median():
+    assert median([3.0, 1.0, 2.0]) == 2.0
+    assert median([4.0, 1.0, 2.0, 3.0]) == 2.5
+    with pytest.raises(ValueError):
+        median([])
+
+
+def test_median_ci_uses_order_statistics():
+    xs = [float(i) for i in range(1, 101)]  # n=100: ranks 50 -+ 9.8 -> 0-based 40 .. 59
+    assert median_ci(xs) == (41.0, 60.0)
+    assert relative_precision(xs) == pytest.approx((60 - 41) / 2 / 50.5)
+
+
+def test_precision_needs_five_samples():
+    assert relative_precision([1.0, 1.0, 1.0, 1.0]) == math.inf
+    assert relative_precision([1.0] * 5) == 0.0
+
+
+def test_outliers_do_not_blow_up_precision():
+    xs = [1.0] * 30 + [50.0]  # one huge outlier: the median's CI is unaffected
+    assert relative_precision(xs) == 0.0

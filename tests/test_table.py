@@ -1,0 +1,67 @@
+"""The end-of-session table (pytest_attn.verdicts.table): problems side by side, fastest first, and the
+notes that say which figures to doubt. Pure, over result records."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from factories import H200, record
+
+from pytest_attn.core.metrics import Ceilings, ceiling_share
+from pytest_attn.core.record import TimingCheck
+from pytest_attn.verdicts.table import fmt_time, render
+
+
+def test_time_format():
+    assert (fmt_time(2.5), fmt_time(0.0123), fmt_time(14.3e-6)) == ("2.500 s", "12.300 ms", "14.30 us")
+
+
+def test_groups_sit_side_by_side_fastest_first():
+    results = [record("sdpa-flash", 310e-6), record("sdpa-cudnn", 192e-6), record("flex", 1e-3, shape="bert-base")]
+    lines = render(results, H200, skips=["no CUDA device", "no CUDA device"])
+    text = "\n".join(lines)
+    assert lines[0].startswith("device: NVIDIA H200 (sm90, 132 SMs")
+    gpt2 = text.index("gpt2-small-bf16-causal-fwd:")
+    assert gpt2 < text.index("bert-base-bf16-causal-fwd:")
+    assert text.index("sdpa-cudnn", gpt2) < text.index("sdpa-flash", gpt2)
+    assert "kernel-sum x5" in text and "1980" in text
+    assert "2 x no CUDA device" in text
+
+
+def test_unknown_clock_and_time_cap_are_said():
+    text = "\n".join(render([record("sdpa-math", 5e-3, clocks=(), stop="time-cap")], H200))
+    row = next(line for line in text.splitlines() if line.strip().startswith("sdpa-math"))
+    assert row.split()[8] == "n/a"  # MFU@clk without a clock reading
+    assert "stopped at the time-cap" in text
+
+
+def test_each_result_against_the_fastest_expression_of_the_same_mask():
+    custom = "custom_mask (dense bool, 0.001 GB, packed inside each call)"
+    results = [record("flashinfer-custom", 5.3e-3, expression=custom),
+               record("flash-attn", 1e-3, expression="causal=True"),
+               record("flashinfer-packed", 1.2e-3, expression="packed_custom_mask (0.000131 GB, packed once)")]
+    text = "\n".join(render(results, H200))
+    rows = {line.split()[0]: line.split() for line in text.splitlines() if line.startswith("  flash")}
+    assert rows["flash-attn"][4] == "1.00x" and rows["flashinfer-custom"][4] == "5.30x"
+    assert rows["flash-attn"][5] == "n/a"  # sdpa-math did not run: no speedup
+    assert ("gpt2-small-bf16-causal-fwd: flashinfer-custom (custom_mask (dense bool, 0.001 GB, packed inside each"
+            " call)): 5.30x slower than flash-attn (causal=True) for the same mask") in text
+    assert "flashinfer-packed (" not in text.split("slow paths")[1]  # 1.2x is under the 1.5x threshold
+    assert "mask as: flash-attn: causal=True; flashinfer-packed:" in text
+
+
+def test_share_of_the_measured_ceiling_by_bound_and_the_timing_self_check_line():
+    compute = record("sdpa-cudnn", 192e-6)
+    assert compute.figures.bound == "compute"
+    ceilings = Ceilings({"bf16": compute.figures.tflops * 2}, copy_tbps=4.0)
+    compute = dataclasses.replace(compute, ceilings=ceiling_share(compute.figures.tflops, compute.figures.tbps,
+                                                                  "bf16", ceilings))
+    text = "\n".join(render([compute], H200))
+    row = next(line for line in text.splitlines() if line.strip().startswith("sdpa-cudnn")).split()
+    assert row[9] == "50.0%"  # "of ceil", after MFU@clk
+    assert "timing self-check" not in text
+    checked = [dataclasses.replace(compute, timing_check=TimingCheck(192e-6, 190e-6)),
+               dataclasses.replace(record("flex", 1e-3), timing_check=TimingCheck(1e-3, 0.8e-3))]
+    text = "\n".join(render(checked, H200))
+    assert ("timing self-check: 2 cases, reported median / profiler kernel time 1.011 to 1.250; 1 beyond 5%"
+            " (see the notes)") in text
