@@ -55,7 +55,8 @@ def resolve(path: Path, node: ast.ImportFrom) -> list[str]:
             package = package[:-1]
         package = package[: len(package) - (node.level - 1)]
         base = ".".join(package + ([node.module] if node.module else []))
-    return [base] + [f"{base}.{alias.name}" for alias in node.names]
+    names = [f"{base}.{alias.name}" for alias in node.names]
+    return names if node.module is None else [base, *names]  # "from . import x" imports x, not the package
 
 
 def imports(path: Path) -> list[tuple[str, bool]]:

@@ -132,3 +132,43 @@ def test_out_of_memory_message():
     backend = FakeBackend(lambda inputs: (_ for _ in ()).throw(RuntimeError("CUDA out of memory. Tried to allocate")))
     with pytest.raises(CaseFailed, match="its memory was released and the session goes on"):
         run_case(case("fake"), backend, CPU, RunSettings(verify=False))
+
+
+def test_a_gpu_size_case_on_a_cpu_is_refused_before_it_starts_with_the_estimate():
+    hunyuan = AttnCase.dense(backend="sdpa-math", shape="hunyuan-video", batch=1, seqlen_q=111_856, heads_q=24,
+                             head_dim=128, dtype="fp32")
+    settings = RunSettings(cpu_gflops={"fp32": 100.0})
+    with pytest.raises(CaseSkipped) as info:
+        check_can_run(hunyuan, SdpaBackend("math"), CPU, None, settings)
+    # 4 x 111,856^2 x 24 heads x 128 = 153,745 GFLOP: 12,300 s at 12.5 GFLOP/s
+    assert ("one call is 153,744.6 GFLOP: about 3.4 h on this CPU (a fp32 matmul runs at 100 GFLOP/s here,"
+            " attention at about 12% of that)") in str(info.value)
+    assert "Run it on a GPU, or use --attn-profile=cpu" in str(info.value)
+    check_can_run(case(), SdpaBackend("math"), CPU, None, settings)  # a tiny case runs
+
+
+def test_a_case_that_would_not_fit_in_host_memory_is_refused():
+    with pytest.raises(CaseSkipped, match=r"of host memory .* but 0.00 GiB is free; skipped before allocating"):
+        check_can_run(case(), SdpaBackend("math"), CPU, free_bytes=1024)
+
+
+def test_host_free_memory_is_read_from_meminfo(tmp_path):
+    from pytest_attn.engine.probe import host_free_bytes
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24000000 kB\nMemAvailable:   20000000 kB\n")
+    assert host_free_bytes(meminfo) == 20000000 * 1024
+    assert host_free_bytes(tmp_path / "missing") is None
+
+
+def test_a_cpu_call_slower_than_the_limit_is_skipped_after_one_call():
+    import time
+
+    def slow(inputs):
+        import torch.nn.functional as F
+
+        time.sleep(0.05)
+        return F.scaled_dot_product_attention(inputs.q, inputs.k, inputs.v, enable_gqa=True)
+
+    with pytest.raises(CaseSkipped, match=r"one call takes 0\.\d s on this CPU, over the 0.02 s a call may take"):
+        run_case(case(mask=Mask.none()), FakeBackend(slow), CPU, RunSettings(cpu_call_limit_s=0.02))

@@ -13,7 +13,9 @@ A back end answers three questions and builds one callable:
 Optional attributes: ``only_suites`` (the suite kinds it takes part in; all when absent),
 ``expression(case)`` (how it passes the mask, for the mask suite), ``empty_rows`` (what it writes for
 a query that sees no key: "zero", "nan", or "any" when undocumented; the fuzzer checks it, and avoids
-such rows for "any").
+such rows for "any"), and, for a library that compiles kernels on first use, ``missing_modules(case,
+inputs)`` and ``build_module(module)`` (:class:`CompilesOnFirstUse`): the engine then builds every
+module a run needs, in parallel, before the first sample.
 
 Library imports happen inside methods, never at module import.
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..core.case import AttnCase
@@ -37,6 +40,25 @@ ForwardFn = Callable[[], "torch.Tensor"]
 
 class Unsupported(Exception):
     """The back end cannot run this case; the message is the skip reason."""
+
+
+@dataclass(frozen=True)
+class JitModule:
+    """A kernel module a library compiles on first use: its name, the library, where it is cached."""
+
+    name: str
+    library: str
+    cache_dir: str
+    handle: Any = field(default=None, compare=False, repr=False)  # the library's own object
+
+
+@runtime_checkable
+class CompilesOnFirstUse(Protocol):
+    """A back end whose library compiles kernel modules on first use (FlashInfer)."""
+
+    def missing_modules(self, case: AttnCase, inputs: Inputs) -> list[JitModule]: ...
+
+    def build_module(self, module: JitModule) -> None: ...
 
 
 @runtime_checkable

@@ -32,7 +32,8 @@ from ..core.layouts import Inputs, torch_dtype
 from ..core.mask_formats import bsr_block_width, to_bsr
 from ..core.mask_tensors import dense_mask, pack_bits_torch
 from ..core.masks import dense_mask_np, effective_mask, flag_form
-from .base import ForwardFn, Unsupported, call_or_unsupported, library_refusal
+from .base import ForwardFn, JitModule, Unsupported, call_or_unsupported, library_refusal
+from .flashinfer_jit import build_module, missing_modules
 from .signature import matched_kwargs
 
 INSTALL = "pip install flashinfer-python"
@@ -143,6 +144,14 @@ class FlashInferCall:
         call_or_unsupported(self.name, forward)  # JIT-compiles on first use: outside every sample
         torch.cuda.synchronize(inputs.q.device)
         return forward
+
+    def missing_modules(self, case: AttnCase, inputs: Inputs) -> list[JitModule]:
+        """The first kernel module this case needs that FlashInfer has not built yet (see
+        :mod:`.flashinfer_jit`)."""
+        return missing_modules(self.prepare, case, inputs)
+
+    def build_module(self, module: JitModule) -> None:
+        build_module(module)
 
     @property
     def name(self) -> str:

@@ -52,6 +52,7 @@ class Timing:
     warmup_settled: bool = True
     prepare_s: float = 0.0  # inputs, plan/compile, check, warm-up, graph capture: before the first sample
     elapsed_s: float = 0.0
+    setup_s: float = 0.0  # of prepare_s: inputs, the back end's plan and first call (compilation), the check
     graph_replay_s: float | None = None  # the replay figure behind kernel-sum (median per call)
 
     @property

@@ -1,10 +1,14 @@
 """Reads the device a session measures on from CUDA and NVML: the only place that asks torch which
-GPU this is. It runs when a test first needs the device, never at import or collection."""
+GPU this is. It runs when a test first needs the device, never at import or collection. For CPU runs,
+what this host can do: its free memory and its matrix-product rate, to refuse work that would not
+finish in reasonable time before it starts."""
 
 from __future__ import annotations
 
 import platform
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 from ..core.device import DeviceInfo
 from .nvml import NoNvml, Nvml, open_nvml
@@ -38,3 +42,34 @@ def probe_device(nvml_factory: Callable[[str | None, int], Nvml] = open_nvml) ->
         uuid=f"GPU-{uuid}" if uuid and not uuid.startswith(("GPU-", "MIG-")) else uuid,
     )
     return info, nvml
+
+
+def host_free_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    """The host memory available to a new allocation (Linux ``MemAvailable``), or None where unknown."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def cpu_gflops(dtypes: tuple[str, ...] = ("fp32", "bf16", "fp16"), n: int = 256, reps: int = 5) -> dict[str, float]:
+    """This CPU's matrix-product rate per dtype through torch (best of ``reps``, a few milliseconds)."""
+    import torch
+
+    from ..core.layouts import torch_dtype
+
+    rates = {}
+    for dtype in dtypes:
+        a = torch.randn(n, n).to(torch_dtype(dtype))
+        b = torch.randn(n, n).to(torch_dtype(dtype))
+        a @ b  # warm
+        best = float("inf")
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            a @ b
+            best = min(best, time.perf_counter() - t0)
+        rates[dtype] = 2 * n**3 / best / 1e9
+    return rates

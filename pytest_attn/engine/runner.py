@@ -27,6 +27,7 @@ from ..core.throttle import assess
 from ..oracle.checks import RowCheck, check_rows
 from .inputs import make_inputs, make_step, torch_device
 from .nvml import NoNvml, Nvml
+from .probe import host_free_bytes
 from .profiler import nvtx_range, peak_memory_bytes, profile_kernels, profiled_kernel_time, write_trace
 from .sampling import WarmupReport, sample_until, warm_up
 from .stopping import StopRule, WarmupRule
@@ -43,6 +44,16 @@ class CaseFailed(Exception):
     """The case ran and failed (wrong output, out of memory, a back-end error)."""
 
 
+#: On a CPU, a case whose one call would take longer than this is skipped before it starts: a single
+#: call in torch's C++ cannot be interrupted, so Ctrl-C would wait for it (HunyuanVideo: most of an hour),
+#: and a case takes some 20 calls (check, warm-up, samples).
+CPU_CALL_LIMIT_S = 0.5
+#: Attention on a CPU reaches about this share of a matrix product's rate (measured here, torch 2.13, a
+#: 1 x 8 x 1024 x 64 causal case: SDPA's math kernel 15 GFLOP/s, its flash kernel 85, against fp32 and bf16
+#: matmuls at 100 and 195 GFLOP/s): estimates err towards running.
+CPU_ATTENTION_SHARE = 0.125
+
+
 @dataclass(frozen=True)
 class RunSettings:
     timer: str = "auto"
@@ -55,6 +66,8 @@ class RunSettings:
     verify_timing: bool = False  # one extra profiled run: kernel time vs the reported median
     trace_dir: Path | None = None  # one Chrome trace per case here
     clock_lock: str = "not locked"  # the achieved clock-lock state, recorded with every result
+    cpu_gflops: dict[str, float] | None = None  # a CPU run: its matmul rate per dtype, to refuse cases it cannot finish
+    cpu_call_limit_s: float = CPU_CALL_LIMIT_S
 
 
 def required_bytes(case: AttnCase, backend: Backend, device: DeviceInfo) -> int:
@@ -67,18 +80,37 @@ def _gib(n: float) -> str:
     return f"{n / 2**30:.2f} GiB"
 
 
-def check_can_run(case: AttnCase, backend: Backend, device: DeviceInfo, free_bytes: int | None) -> None:
-    """Raise :class:`CaseSkipped` with the reason when the case cannot run here."""
+def check_can_run(case: AttnCase, backend: Backend, device: DeviceInfo, free_bytes: int | None,
+                  settings: RunSettings | None = None) -> None:
+    """Raise :class:`CaseSkipped` with the reason when the case cannot run here: the back end refuses
+    it, it would not fit in (GPU or host) memory, or one call would take too long on this CPU."""
     why = refusal(backend, case, device)
     if why:
         raise CaseSkipped(why)
-    if device.is_cuda and free_bytes is not None:
+    where = "GPU" if device.is_cuda else "host"
+    if free_bytes is not None:
         need = required_bytes(case, backend, device)
         if need > free_bytes:
             raise CaseSkipped(
-                f"needs about {_gib(need)} of GPU memory ({case.describe()}) but {_gib(free_bytes)} is free;"
+                f"needs about {_gib(need)} of {where} memory ({case.describe()}) but {_gib(free_bytes)} is free;"
                 " skipped before allocating"
             )
+    rate = (settings.cpu_gflops or {}).get(case.dtype) if settings is not None and not device.is_cuda else None
+    if rate and settings is not None:
+        estimate_s = flops.flops(case) / (rate * CPU_ATTENTION_SHARE * 1e9)
+        if estimate_s > settings.cpu_call_limit_s:
+            raise CaseSkipped(
+                f"one call is {flops.flops(case) / 1e9:,.1f} GFLOP: about {_duration(estimate_s)} on this CPU (a"
+                f" {case.dtype} matmul runs at {rate:.0f} GFLOP/s here, attention at about {CPU_ATTENTION_SHARE:.0%} of"
+                f" that), over the {settings.cpu_call_limit_s:g} s a call may take here; skipped before starting."
+                " Run it on a GPU, or use --attn-profile=cpu (tiny shapes)"
+            )
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
 # ---- the three ways to run a case ----------------------------------------------------------------
@@ -118,14 +150,16 @@ def _guarded(case: AttnCase, backend: Backend, device: DeviceInfo, settings: Run
              work: Callable[[int | None], T]) -> T:
     """``work(free_bytes)`` after the can-it-run checks; any failure becomes CaseSkipped or CaseFailed
     once the case's memory is released."""
-    free = None
     if device.is_cuda:
         import torch
 
         gc.collect()
         torch.cuda.empty_cache()
-        free = int(torch.cuda.mem_get_info()[0] * settings.memory_headroom)
-    check_can_run(case, backend, device, free)
+        free: int | None = int(torch.cuda.mem_get_info()[0] * settings.memory_headroom)
+    else:
+        host = host_free_bytes()
+        free = int(host * settings.memory_headroom) if host is not None else None
+    check_can_run(case, backend, device, free, settings)
     skipped: str | None = None
     failed: str | None = None
     try:
@@ -168,15 +202,29 @@ def _setup(case: AttnCase, backend: Backend, device: DeviceInfo,
     first = make_inputs(case, backend.layout, torch_device(device), requires_grad=case.direction == "fwd+bwd",
                         seed=0)
     forward = backend.prepare(case, first)  # may raise Unsupported with the library's words
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        out = forward()
+        call_s = time.perf_counter() - t0
+    if not device.is_cuda:
+        _refuse_slow_cpu_call(case, call_s * (1 + flops.BWD_FACTOR if case.direction == "fwd+bwd" else 1), settings)
     check = None
     if settings.verify:
-        with torch.no_grad():
-            out = forward()
         check = check_rows(case, first, out, backend.layout)
-        del out
         if not check.ok:
             raise CaseFailed(check.message(case))
+    del out
     return make_step(case, forward, first), check
+
+
+def _refuse_slow_cpu_call(case: AttnCase, step_s: float, settings: RunSettings) -> None:
+    """A CPU case whose timed step takes longer than a call may here: measuring it would take some 20
+    calls, and a call in torch's C++ cannot be interrupted."""
+    if step_s > settings.cpu_call_limit_s:
+        raise CaseSkipped(
+            f"one call takes {step_s:.1f} s on this CPU, over the {settings.cpu_call_limit_s:g} s a call may take"
+            " here (a measurement makes some 20 calls); skipped. Run it on a GPU, or use --attn-profile=cpu"
+            " (tiny shapes)")
 
 
 def _timer(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings, free: int | None,
@@ -189,7 +237,7 @@ def _timer(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSe
     def more_sets(have: int) -> list[Callable[[], Any]]:
         per_set = flops.min_bytes(case)
         sets = input_sets(per_set, device.l2_bytes)
-        if free is not None:  # extra copies may use half of what the first one left free
+        if free is not None and device.is_cuda:  # extra copies may use half of what the first one left free
             sets = max(1, min(sets, (free - required_bytes(case, backend, device)) // (2 * per_set)))
         out = []
         for seed in range(have, sets):
@@ -206,6 +254,7 @@ def _measure(case: AttnCase, backend: Backend, device: DeviceInfo, settings: Run
              label: str, nvml: Nvml) -> Record:
     started = time.perf_counter()
     step, check = _setup(case, backend, device, settings)
+    setup_s = time.perf_counter() - started
     with nvtx_range(f"{label} warm-up", device.is_cuda):
         built, warmup, flush = _timer(case, backend, device, settings, free, step)
     prepare_s = time.perf_counter() - started
@@ -229,7 +278,8 @@ def _measure(case: AttnCase, backend: Backend, device: DeviceInfo, settings: Run
         device=device,
         timing=Timing(tuple(samples), median(samples), relative_precision(samples), sampling.stop_reason, built.kind,
                       built.note, built.timer.calls_per_sample, built.input_sets, warmup.calls, warmup.elapsed_s,
-                      warmup.settled, prepare_s, time.perf_counter() - started, median(replay) if replay else None),
+                      warmup.settled, prepare_s=prepare_s, elapsed_s=time.perf_counter() - started,
+                      setup_s=setup_s, graph_replay_s=median(replay) if replay else None),
         work=work,
         figures=figures(work, median(samples), device.peak(case.dtype, settings.peak_tflops),
                         clocks_seen.sm_clock_mhz),

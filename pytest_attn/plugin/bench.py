@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from ..backends.base import CompilesOnFirstUse, refusal
 from ..core.case import AttnCase
 from ..core.codec import case_from_json, case_json
 from ..core.device import DeviceInfo
@@ -24,12 +25,14 @@ from ..core.metrics import ceiling_share
 from ..core.peaks import Peak
 from ..core.record import Record
 from ..engine import clocks, hbm
+from ..engine.compile import compile_phase
 from ..engine.runner import CaseFailed, CaseSkipped, case_kernels, check_case, run_case
 from ..verdicts.fingerprint import fingerprint_of
 from ..verdicts.peers import peers_of
-from ..verdicts.table import render
+from ..verdicts.table import render, time_lines
 from . import hookspecs
 from .options import AttnOptions, add_options, given
+from .progress import Progress
 from .session import ATTN_SESSION, CLOCK_LOCKER, AttnSession, GateOptions, attn_session, prepare_attention_run
 
 
@@ -84,16 +87,77 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         locker.release()
 
 
+def _case_of(item: pytest.Item) -> AttnCase | None:
+    """The case a parametrized attention test measures, or None."""
+    if "attn_bench" not in getattr(item, "fixturenames", ()):
+        return None
+    case = getattr(item, "callspec", None) and item.callspec.params.get("case")  # type: ignore[attr-defined]
+    return case if isinstance(case, AttnCase) else None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test using ``attn_bench`` gets its times from our engine (the replay clock); benchmarks
     of one problem (a parametrized ``case``) share a pytest-benchmark group."""
     for item in items:
         if "attn_bench" not in getattr(item, "fixturenames", ()):
             continue
-        case = getattr(item, "callspec", None) and item.callspec.params.get("case")  # type: ignore[attr-defined]
-        group = {"group": case.group} if isinstance(case, AttnCase) else {}
+        case = _case_of(item)
+        group = {"group": case.group} if case is not None else {}
         item.add_marker(pytest.mark.benchmark(timer=replay_clock, **group), append=False)
         item.add_marker(pytest.mark.attn)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Before the first sample: build every kernel module the selected cases need (FlashInfer's JIT),
+    in parallel, a line per module; and count the cases for the progress lines."""
+    attn = session.config.stash.get(ATTN_SESSION, None)
+    if attn is None or session.config.option.collectonly:
+        return
+    cases = [c for c in map(_case_of, session.items) if c is not None]
+    if not cases:
+        return
+    attn.progress = Progress(total=len(cases))
+    pairs = [(c, attn.registry.get(c.backend)) for c in cases]
+    if not any(isinstance(b, CompilesOnFirstUse) for _, b in pairs) or not attn.has_gpu:
+        return
+    device = attn.device
+    runnable = [(c, b) for c, b in pairs if refusal(b, c, device) is None]
+    attn.compiled = compile_phase(runnable, device, _say(session.config))
+
+
+def _say(config: pytest.Config) -> Callable[[str], None]:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+
+    def say(line: str) -> None:
+        if reporter is not None:
+            reporter.write_line(f"pytest-attn: {line}")
+            reporter.flush()
+
+    return say
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> bool | None:
+    """``--attn-compile-only``: the modules are built (above); measure nothing."""
+    attn = session.config.stash.get(ATTN_SESSION, None)
+    if attn is not None and attn.options.compile_only:
+        _say(session.config)(f"--attn-compile-only: {len(attn.compiled.builds)} module(s) built; nothing measured")
+        return True
+    return None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """A progress line (done/total, elapsed, estimate, the case now running) at most every 10 s."""
+    attn = item.config.stash.get(ATTN_SESSION, None)
+    progress = attn.progress if attn is not None and _case_of(item) is not None else None
+    if progress is not None:
+        line = progress.start(item.name)
+        if line:
+            _say(item.config)(line)
+    yield
+    if progress is not None:
+        progress.finish()
 
 
 # ---- hand-over to pytest-benchmark ---------------------------------------------------------------
@@ -141,6 +205,10 @@ def attn_bench(request: pytest.FixtureRequest, benchmark: Any, attn_device: Devi
 
     def run(case: AttnCase) -> Record | None:
         backend = session.registry.get(case.backend)
+        blocked = session.compiled.blocked.get(case.id)
+        if blocked:
+            session.skips.append(blocked.splitlines()[0])
+            pytest.skip(blocked)
         try:
             if benchmark.disabled:  # --benchmark-disable: checked and run once (through pedantic), nothing timed
                 benchmark.pedantic(check_case, (case, backend, attn_device, session.settings), rounds=1)
@@ -229,13 +297,13 @@ def pytest_sessionfinish(session: pytest.Session) -> Any:
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     session = config.stash.get(ATTN_SESSION, None)
-    if session is None or not (session.records or session.skips):
+    if session is None or not (session.records or session.skips or session.compiled.builds):
         return
     terminalreporter.write_sep("=", "pytest-attn summary")
     device = session.device_if_probed
     lines = render(session.records, device, session.skips, session.options.speedup_vs)
     lines.insert(0, f"profile: {session.profile}; back ends: {', '.join(session.backends)}")
-    lines[1:1] = session.ceilings.lines()
+    lines[1:1] = session.ceilings.lines() + session.compiled.lines() + time_lines(session.records)
     lines.extend(f"note: {n}" for n in session.notes)
     for line in lines:
         terminalreporter.write_line(line)

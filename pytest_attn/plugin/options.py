@@ -199,6 +199,9 @@ def add_options(parser: pytest.Parser) -> None:
               " the regression gate turns red")
     _add(g, "--attn-no-verify", False, action="store_true",
          help="skip the check of sampled output rows against the fp64 reference before timing")
+    _add(g, "--attn-compile-only", False, action="store_true",
+         help="build the kernel modules the selected cases need (FlashInfer's JIT), then stop: nothing is"
+              " measured. Warms a CI runner's cache (FLASHINFER_WORKSPACE_BASE)")
     _add_fuzz_options(g)
     _add_gate_options(g)
 
@@ -262,6 +265,7 @@ class AttnOptions:
     speedup_vs: str = "sdpa-math"
     hbm: re.Pattern[str] | None = None
     inject_slowdown: float | None = None
+    compile_only: bool = False
 
     @classmethod
     def of(cls, config: pytest.Config) -> AttnOptions:
@@ -273,6 +277,7 @@ class AttnOptions:
             verify=not get("attn_no_verify"), drop_throttled=get("attn_drop_throttled"),
             verify_timing=get("attn_verify_timing"), adhoc=tuple(get("attn_case")), trace_dir=get("attn_trace_dir"),
             speedup_vs=get("attn_speedup_vs"), hbm=get("attn_hbm"), inject_slowdown=get("attn_inject_slowdown"),
+            compile_only=get("attn_compile_only"),
         )
 
     def resolve_backends(self, known: list[str], defaults: list[str]) -> tuple[str, ...]:

@@ -23,14 +23,16 @@ from ..core.catalog import profile_variants
 from ..core.device import DeviceInfo
 from ..core.record import Record
 from ..engine.ceilings import CeilingCache
+from ..engine.compile import CompileReport
 from ..engine.nvml import NoNvml, Nvml, VisibleGpu, visible_devices
-from ..engine.probe import probe_device
+from ..engine.probe import cpu_gflops, probe_device
 from ..engine.runner import RunSettings
 from ..engine.slowed import SlowedBackend
 from ..engine.stopping import StopRule, WarmupRule
 from ..verdicts.fingerprint import gpu_key
 from ..verdicts.gate import Thresholds
 from .options import AttnOptions
+from .progress import Progress
 
 DEFAULT_STORAGE = "file://./.benchmarks"
 
@@ -65,6 +67,8 @@ class AttnSession:
         self.clock_lock = "not locked"
         self.ceilings = CeilingCache()
         self.notes: list[str] = []  # session-level lines for the summary
+        self.compiled = CompileReport()  # the compile phase before the first sample
+        self.progress: Progress | None = None
         self._device: tuple[DeviceInfo, Nvml] | None = None
 
     # ---- back ends -------------------------------------------------------------------------------
@@ -148,6 +152,7 @@ class AttnSession:
             warmup=WarmupRule(max_time_s=2.0 if self.profile == "cpu" else 10.0),
             verify=o.verify, peak_tflops=o.peak_tflops, drop_throttled=o.drop_throttled,
             verify_timing=o.verify_timing, trace_dir=o.trace_dir, clock_lock=self.clock_lock,
+            cpu_gflops=None if self.device.is_cuda else cpu_gflops(),
         )
 
     # ---- cases and results -----------------------------------------------------------------------

@@ -95,6 +95,18 @@ def _table(rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
     return lines
 
 
+def time_lines(results: Sequence[Record]) -> list[str]:
+    """Where a run's time went: setting cases up (inputs, plans, first calls -- where torch.compile and
+    any JIT left to the first call compile), warming up, and sampling."""
+    if not results:
+        return []
+    setup = sum(r.timing.setup_s for r in results)
+    warmup = sum(r.timing.prepare_s - r.timing.setup_s for r in results)
+    sampling = sum(r.timing.elapsed_s - r.timing.prepare_s for r in results)
+    return [f"time over {len(results)} cases: setup {setup:.1f} s (inputs, plans, first calls: torch.compile and"
+            f" any compilation left to them), warm-up and capture {warmup:.1f} s, sampling {sampling:.1f} s"]
+
+
 def timing_check_line(results: Sequence[Record]) -> str | None:
     """One line for ``--attn-verify-timing``: how many cases were checked, the range of reported median
     over the profiler's kernel time, and how many differ by more than the tolerance."""

@@ -1,0 +1,210 @@
+"""The compile phase: before the first sample of a run, every kernel module its cases need that a
+library compiles on first use (FlashInfer: 30-100 s each) is found and built -- in parallel, a
+progress line each -- so no case looks hung for a minute while ``nvcc`` runs, and compile time is
+reported apart from measuring time. A module that fails to build makes the cases that need it skip
+with the compiler's last lines.
+
+1. Discover: each such back end (:class:`~pytest_attn.backends.base.CompilesOnFirstUse`) is asked about
+   one small representative case per kind of call (back end, dtype, head dims, GQA ratio, mask form,
+   direction) which module it needs first and has not built: lengths do not choose a module, so
+   flag-mask cases shrink to a few hundred tokens; custom masks keep their lengths.
+2. Build those modules in parallel.
+3. Make each kind of call once: this loads what was built and compiles whatever a call needs beyond
+   its first module (FlashInfer's custom masks: a bit-packing module), with a line for any that takes
+   a while.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+
+from ..backends.base import Backend, CompilesOnFirstUse, JitModule
+from ..core.case import AttnCase
+from ..core.device import DeviceInfo
+from ..core.masks import flag_form
+from .inputs import make_inputs, torch_device
+
+MAX_PARALLEL = 4  # modules built at once; each gets cores // this nvcc jobs
+SLOW_FIRST_CALL_S = 5.0
+SHRUNK_Q, SHRUNK_K, SHRUNK_SEQS = 64, 256, 4
+LAST_LINES = 12
+
+
+@dataclass(frozen=True)
+class ModuleBuild:
+    module: JitModule
+    seconds: float
+    error: str = ""  # the compiler's last lines, when it failed
+
+
+@dataclass
+class CompileReport:
+    builds: list[ModuleBuild] = field(default_factory=list)
+    wall_s: float = 0.0
+    first_calls_s: float = 0.0  # of wall_s: one call of each kind, after the parallel builds
+    blocked: dict[str, str] = field(default_factory=dict)  # case id -> why it cannot run here
+
+    def lines(self) -> list[str]:
+        if not self.builds:
+            return []
+        failed = [b for b in self.builds if b.error]
+        by_lib = sorted({b.module.library for b in self.builds})
+        head = (f"compile: {len(self.builds)} {'/'.join(by_lib)} module(s) built before the first sample in"
+                f" {self.wall_s:.1f} s wall ({sum(b.seconds for b in self.builds):.1f} s summed over modules built"
+                " in parallel)")
+        out = [head + (f"; {len(failed)} failed, their cases skipped" if failed else "")
+               + f"; then one call of each kind, {self.first_calls_s:.1f} s"]
+        out += [f"  {b.module.name}: {'FAILED after' if b.error else 'built in'} {b.seconds:.1f} s"
+                for b in self.builds]
+        return out
+
+
+def call_kind(case: AttnCase, backend: Backend) -> tuple[object, ...]:
+    """What chooses a library's kernel module: not the lengths."""
+    flags = flag_form(case)
+    mask = "custom:" + case.mask.id if flags is None else ("window" if flags[0] >= 0 else str(flags))
+    return (backend.name, case.dtype, case.head_dim_qk, case.head_dim_v, case.heads_q // case.heads_kv, mask,
+            case.direction)
+
+
+def representative(case: AttnCase) -> AttnCase:
+    """A small case that needs the same modules: flag masks keep their form at a few hundred tokens."""
+    if flag_form(case) is None:
+        return case
+    pairs = list(zip(case.seqlens_q, case.seqlens_k, strict=True))[:SHRUNK_SEQS]
+    q = tuple(min(sq, SHRUNK_Q) for sq, _ in pairs)
+    k = tuple(max(min(sk, SHRUNK_K), min(sq, SHRUNK_Q) if sk >= sq else 1) for sq, sk in pairs)
+    return dataclasses.replace(case, seqlens_q=q, seqlens_k=k)
+
+
+Group = list[tuple[AttnCase, Backend]]
+
+
+def compile_phase(cases: Iterable[tuple[AttnCase, Backend]], device: DeviceInfo, say: Callable[[str], None]
+                  ) -> CompileReport:
+    """Find and build every module the ``cases`` need that is not built yet; ``say`` prints progress."""
+    report = CompileReport()
+    if not device.is_cuda:
+        return report
+    kinds: dict[tuple[object, ...], Group] = {}
+    for case, backend in cases:
+        if isinstance(backend, CompilesOnFirstUse):
+            kinds.setdefault(call_kind(case, backend), []).append((case, backend))
+    if not kinds:
+        return report
+    started = time.perf_counter()
+    needed = _discover(list(kinds.values()), device)
+    if needed:
+        failed = _build_all(needed, say, report)
+        for module, (_, groups) in needed.items():
+            if module in failed:
+                for group in groups:
+                    report.blocked.update((case.id, failed[module]) for case, _ in group)
+    _first_calls([g for g in kinds.values() if not any(c.id in report.blocked for c, _ in g)], device, say,
+                 report)
+    report.wall_s = time.perf_counter() - started
+    return report
+
+
+def _first_calls(groups: Sequence[Group], device: DeviceInfo, say: Callable[[str], None],
+                 report: CompileReport) -> None:
+    """One call of each kind, JIT on: loads the built modules, compiles what is left."""
+    t0 = time.perf_counter()
+    for group in groups:
+        case, backend = group[0]
+        started = time.perf_counter()
+        with contextlib.suppress(Exception):  # refusals and errors: the case's own run says why
+            _call_once(backend, representative(case), device)
+        seconds = time.perf_counter() - started
+        if seconds > SLOW_FIRST_CALL_S:
+            say(f"  first {backend.name} call of its kind took {seconds:.0f} s (compiled what its first module"
+                f" did not cover): {case.id}")
+        gc.collect()
+    report.first_calls_s = time.perf_counter() - t0
+
+
+def _call_once(backend: Backend, case: AttnCase, device: DeviceInfo) -> None:
+    inputs = make_inputs(case, backend.layout, torch_device(device), seed=0)
+    backend.prepare(case, inputs)
+
+
+def _discover(groups: Sequence[Group], device: DeviceInfo) -> dict[JitModule, tuple[Backend, list[Group]]]:
+    """Module -> (the back end that builds it, the groups of cases that need it), asking one small
+    representative case per kind of call."""
+    needed: dict[JitModule, tuple[Backend, list[Group]]] = {}
+    for group in groups:
+        case, backend = group[0]
+        small = representative(case)
+        try:
+            modules = _ask(backend, small, device)
+        except Exception:  # refused, or no room: the case's own run says why, in its words
+            modules = []
+        gc.collect()
+        for module in modules:
+            needed.setdefault(module, (backend, []))[1].append(group)
+    return needed
+
+
+def _ask(backend: Backend, case: AttnCase, device: DeviceInfo) -> list[JitModule]:
+    inputs = make_inputs(case, backend.layout, torch_device(device), seed=0)
+    modules: list[JitModule] = backend.missing_modules(case, inputs)  # type: ignore[attr-defined]
+    return modules
+
+
+def _build_all(needed: dict[JitModule, tuple[Backend, list[Group]]], say: Callable[[str], None],
+               report: CompileReport) -> dict[JitModule, str]:
+    """Build the modules in parallel; a progress line as each finishes. Returns the failures."""
+    modules = list(needed)
+    workers = min(len(modules), MAX_PARALLEL)
+    say(f"compiling {len(modules)} {modules[0].library} module(s), {workers} at a time, before the first sample"
+        f" (first use; cached in {modules[0].cache_dir}):")
+    for m in modules:
+        say(f"  compiling {m.name} ...")
+    failed: dict[JitModule, str] = {}
+    jobs = str(max(1, (os.cpu_count() or 1) // workers))
+    with _env("MAX_JOBS", jobs), ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(_timed_build, needed[m][0], m): m for m in modules}
+        for future in as_completed(futures):
+            module = futures[future]
+            seconds, error = future.result()
+            report.builds.append(ModuleBuild(module, seconds, error))
+            if error:
+                failed[module] = f"{module.library} could not compile {module.name}:\n{error}"
+                say(f"  FAILED {module.name} after {seconds:.0f} s: {error.splitlines()[-1]}")
+            else:
+                say(f"  built {module.name} in {seconds:.0f} s")
+    return failed
+
+
+def _timed_build(backend: Backend, module: JitModule) -> tuple[float, str]:
+    """(seconds, the compiler's last lines or "")."""
+    t0 = time.perf_counter()
+    try:
+        backend.build_module(module)  # type: ignore[attr-defined]
+    except Exception as exc:
+        tail = "\n".join(str(exc).strip().splitlines()[-LAST_LINES:])
+        return time.perf_counter() - t0, tail or type(exc).__name__
+    return time.perf_counter() - t0, ""
+
+
+class _env:
+    """Set an environment variable for a block unless the user set it."""
+
+    def __init__(self, name: str, value: str) -> None:
+        self.name, self.value, self.set = name, value, False
+
+    def __enter__(self) -> None:
+        if self.name not in os.environ:
+            os.environ[self.name] = self.value
+            self.set = True
+
+    def __exit__(self, *exc: object) -> None:
+        if self.set:
+            del os.environ[self.name]
