@@ -49,7 +49,8 @@ def test_decode_and_varlen_shapes():
 def test_mask_suite_variants():
     smoke = profile_variants("smoke", "masks")
     ids = {(v.shape.name, v.mask.id) for v in smoke}
-    assert ("hunyuan-video", "all-true") in ids and ("video-8k", "causal") in ids
+    assert ("video-8k", "causal") in ids and ("video-8k", "blocksparse128-d25-s0") in ids
+    assert ("hunyuan-video", "all-true") in {(v.shape.name, v.mask.id) for v in profile_variants("default", "masks")}
     assert len(profile_variants("default", "masks")) > len(smoke)
     cpu = profile_variants("cpu", "masks")
     assert {v.mask.kind for v in cpu} == {"custom", "causal", "window"}

@@ -222,13 +222,13 @@ def _mask_variants(profile: str) -> list[Variant]:
             masks.all_true(), Mask.causal(), masks.document((32, 64, 32)), masks.random_block_sparse(16, 0.3),
             masks.prefix_lm(32), masks.causal("top-left"), Mask.window(24, 0))]
     smoke = [
-        Variant(HUNYUAN_VIDEO, "bf16", masks.all_true(), "fwd"),
         Variant(VIDEO_8K, "bf16", Mask.causal(), "fwd"),
         Variant(VIDEO_8K, "bf16", masks.random_block_sparse(128, 0.25), "fwd"),
     ]
     if profile == "smoke":
         return smoke
     more = [
+        Variant(HUNYUAN_VIDEO, "bf16", masks.all_true(), "fwd"),
         Variant(VIDEO_8K, "bf16", masks.all_true(), "fwd"),
         Variant(VIDEO_8K, "bf16", masks.document((2048, 3072, 1024, 2048)), "fwd"),
         Variant(VIDEO_8K, "bf16", masks.prefix_lm(1024), "fwd"),
@@ -239,17 +239,14 @@ def _mask_variants(profile: str) -> list[Variant]:
 
 
 def _profile_variants(profile: str) -> list[Variant]:
-    if profile == "smoke":  # about a minute on one GPU
+    if profile == "smoke":  # every suite and library in a few minutes on one GPU (README: the measured time)
         return [
             Variant(HUNYUAN_VIDEO, "bf16", Mask.none(), "fwd"),
             Variant(LLAMA3_8B, "bf16", Mask.causal(), "fwd"),
             Variant(GPT2_SMALL, "bf16", Mask.causal(), "fwd+bwd"),
-            Variant(SHAPES_BY_NAME["qwen2.5-7b-decode-k4096"], "bf16", Mask.causal(), "fwd"),
-            Variant(SHAPES_BY_NAME["qwen2.5-7b-decode-b64-k1024"], "bf16", Mask.causal(), "fwd"),
-            Variant(SHAPES_BY_NAME["qwen2.5-7b-spec4-k4096"], "bf16", Mask.causal(), "fwd"),
             Variant(SHAPES_BY_NAME["llama3-8b-decode-b16-k4096"], "bf16", Mask.causal(), "fwd"),
+            Variant(SHAPES_BY_NAME["qwen2.5-7b-spec4-k4096"], "bf16", Mask.causal(), "fwd"),
             Variant(VARLEN_MIXED, "bf16", Mask.causal(), "fwd"),
-            Variant(VARLEN_SKEWED, "bf16", Mask.causal(), "fwd"),
         ]
     if profile == "default":
         prefill = (HUNYUAN_VIDEO, GPT2_SMALL, GPT3_LIKE, BERT_BASE, BERT_LARGE, LLAMA3_8B, LONG_8K, LONG_16K)
