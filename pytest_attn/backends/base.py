@@ -14,8 +14,8 @@ Optional attributes: ``only_suites`` (the suite kinds it takes part in; all when
 ``expression(case)`` (how it passes the mask, for the mask suite), ``empty_rows`` (what it writes for
 a query that sees no key: "zero", "nan", or "any" when undocumented; the fuzzer checks it, and avoids
 such rows for "any"), and, for a library that compiles kernels on first use, ``missing_modules(case,
-inputs)`` and ``build_module(module)`` (:class:`CompilesOnFirstUse`): the engine then builds every
-module a run needs, in parallel, before the first sample.
+inputs)``, ``build_modules(modules)`` and ``module_built(module)`` (:class:`CompilesOnFirstUse`): the
+engine then builds every module a run needs, in parallel, before the first sample.
 
 Library imports happen inside methods, never at module import.
 """
@@ -58,7 +58,9 @@ class CompilesOnFirstUse(Protocol):
 
     def missing_modules(self, case: AttnCase, inputs: Inputs) -> list[JitModule]: ...
 
-    def build_module(self, module: JitModule) -> None: ...
+    def build_modules(self, modules: list[JitModule]) -> None: ...  # all at once, as parallel as the library can
+
+    def module_built(self, module: JitModule) -> bool: ...
 
 
 @runtime_checkable

@@ -32,8 +32,8 @@ from ..core.layouts import Inputs, torch_dtype
 from ..core.mask_formats import bsr_block_width, to_bsr
 from ..core.mask_tensors import dense_mask, pack_bits_torch
 from ..core.masks import dense_mask_np, effective_mask, flag_form
+from . import flashinfer_jit
 from .base import ForwardFn, JitModule, Unsupported, call_or_unsupported, library_refusal
-from .flashinfer_jit import build_module, missing_modules
 from .signature import matched_kwargs
 
 INSTALL = "pip install flashinfer-python"
@@ -148,10 +148,13 @@ class FlashInferCall:
     def missing_modules(self, case: AttnCase, inputs: Inputs) -> list[JitModule]:
         """The first kernel module this case needs that FlashInfer has not built yet (see
         :mod:`.flashinfer_jit`)."""
-        return missing_modules(self.prepare, case, inputs)
+        return flashinfer_jit.missing_modules(self.prepare, case, inputs)
 
-    def build_module(self, module: JitModule) -> None:
-        build_module(module)
+    def build_modules(self, modules: list[JitModule]) -> None:
+        flashinfer_jit.build_modules(modules)
+
+    def module_built(self, module: JitModule) -> bool:
+        return flashinfer_jit.module_built(module)
 
     @property
     def name(self) -> str:

@@ -4,8 +4,8 @@ building one.
 FlashInfer compiles each kernel module on first use (30-100 s with ``nvcc``) inside the first call.
 With ``FLASHINFER_DISABLE_JIT`` set, that first call raises ``MissingJITCacheError`` carrying the
 module's ``JitSpec`` instead of compiling it: :func:`missing_modules` runs a case's ``prepare`` that
-way and collects them; :func:`build_module` builds one (``JitSpec.build(need_lock=True)``, FlashInfer's
-own file lock, so processes sharing a cache never build a module twice). The engine's compile phase
+way and collects them; :func:`build_modules` builds them all in one ninja run, under FlashInfer's own
+file locks, so processes sharing a cache never build a module twice. The engine's compile phase
 (:mod:`pytest_attn.engine.compile`) builds every missing module of a session in parallel before any
 sample.
 """
@@ -70,9 +70,14 @@ def missing_modules(prepare: Callable[[AttnCase, Inputs], Any], case: AttnCase, 
     return []
 
 
-def build_module(module: JitModule) -> None:
-    """Build one module (the ``nvcc`` compile FlashInfer would do on first use), under its own lock.
-    Raises with ninja's output when the compiler fails."""
-    spec = module.handle
-    if not spec.is_compiled:
-        spec.build(need_lock=True)
+def build_modules(modules: list[JitModule]) -> None:
+    """Build ``modules`` in one ninja run (FlashInfer's ``build_jit_specs``): every translation unit of
+    every module shares the machine's cores, so the whole build takes about as long as its slowest
+    file. Raises with ninja's output when the compiler fails."""
+    from flashinfer.jit import build_jit_specs
+
+    build_jit_specs([m.handle for m in modules], verbose=False)
+
+
+def module_built(module: JitModule) -> bool:
+    return bool(module.handle.is_compiled)

@@ -241,7 +241,6 @@ def _mask_variants(profile: str) -> list[Variant]:
 def _profile_variants(profile: str) -> list[Variant]:
     if profile == "smoke":  # every suite and library in a few minutes on one GPU (README: the measured time)
         return [
-            Variant(HUNYUAN_VIDEO, "bf16", Mask.none(), "fwd"),
             Variant(LLAMA3_8B, "bf16", Mask.causal(), "fwd"),
             Variant(GPT2_SMALL, "bf16", Mask.causal(), "fwd+bwd"),
             Variant(SHAPES_BY_NAME["llama3-8b-decode-b16-k4096"], "bf16", Mask.causal(), "fwd"),

@@ -19,10 +19,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
 from ..backends.base import Backend, CompilesOnFirstUse, JitModule
@@ -31,8 +30,8 @@ from ..core.device import DeviceInfo
 from ..core.masks import flag_form
 from .inputs import make_inputs, torch_device
 
-MAX_PARALLEL = 4  # modules built at once; each gets cores // this nvcc jobs
 SLOW_FIRST_CALL_S = 5.0
+POLL_S = 1.0
 SHRUNK_Q, SHRUNK_K, SHRUNK_SEQS = 64, 256, 4
 LAST_LINES = 12
 
@@ -56,12 +55,11 @@ class CompileReport:
             return []
         failed = [b for b in self.builds if b.error]
         by_lib = sorted({b.module.library for b in self.builds})
-        head = (f"compile: {len(self.builds)} {'/'.join(by_lib)} module(s) built before the first sample in"
-                f" {self.wall_s:.1f} s wall ({sum(b.seconds for b in self.builds):.1f} s summed over modules built"
-                " in parallel)")
+        head = (f"compile: {len(self.builds)} {'/'.join(by_lib)} module(s) built in parallel before the first"
+                f" sample in {self.wall_s:.1f} s")
         out = [head + (f"; {len(failed)} failed, their cases skipped" if failed else "")
                + f"; then one call of each kind, {self.first_calls_s:.1f} s"]
-        out += [f"  {b.module.name}: {'FAILED after' if b.error else 'built in'} {b.seconds:.1f} s"
+        out += [f"  {b.module.name}: {'FAILED after' if b.error else 'built after'} {b.seconds:.1f} s"
                 for b in self.builds]
         return out
 
@@ -160,51 +158,72 @@ def _ask(backend: Backend, case: AttnCase, device: DeviceInfo) -> list[JitModule
 
 def _build_all(needed: dict[JitModule, tuple[Backend, list[Group]]], say: Callable[[str], None],
                report: CompileReport) -> dict[JitModule, str]:
-    """Build the modules in parallel; a progress line as each finishes. Returns the failures."""
-    modules = list(needed)
-    workers = min(len(modules), MAX_PARALLEL)
-    say(f"compiling {len(modules)} {modules[0].library} module(s), {workers} at a time, before the first sample"
-        f" (first use; cached in {modules[0].cache_dir}):")
-    for m in modules:
-        say(f"  compiling {m.name} ...")
+    """Build the modules, library by library, each library's in one parallel build (a worker thread);
+    a progress line as each module's library appears. Returns the failures."""
+    by_library: dict[str, tuple[Backend, list[JitModule]]] = {}
+    for module, (backend, _) in needed.items():
+        by_library.setdefault(module.library, (backend, []))[1].append(module)
     failed: dict[JitModule, str] = {}
-    jobs = str(max(1, (os.cpu_count() or 1) // workers))
-    with _env("MAX_JOBS", jobs), ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(_timed_build, needed[m][0], m): m for m in modules}
-        for future in as_completed(futures):
-            module = futures[future]
-            seconds, error = future.result()
-            report.builds.append(ModuleBuild(module, seconds, error))
-            if error:
-                failed[module] = f"{module.library} could not compile {module.name}:\n{error}"
-                say(f"  FAILED {module.name} after {seconds:.0f} s: {error.splitlines()[-1]}")
-            else:
-                say(f"  built {module.name} in {seconds:.0f} s")
+    for library, (backend, modules) in by_library.items():
+        say(f"compiling {len(modules)} {library} module(s) in one parallel build before the first sample (first"
+            f" use; cached in {modules[0].cache_dir}):")
+        for m in modules:
+            say(f"  compiling {m.name} ...")
+        failed.update(_build_library(backend, modules, say, report))
     return failed
 
 
-def _timed_build(backend: Backend, module: JitModule) -> tuple[float, str]:
-    """(seconds, the compiler's last lines or "")."""
-    t0 = time.perf_counter()
-    try:
-        backend.build_module(module)  # type: ignore[attr-defined]
-    except Exception as exc:
-        tail = "\n".join(str(exc).strip().splitlines()[-LAST_LINES:])
-        return time.perf_counter() - t0, tail or type(exc).__name__
-    return time.perf_counter() - t0, ""
+def _build_library(backend: Backend, modules: list[JitModule], say: Callable[[str], None],
+                   report: CompileReport) -> dict[JitModule, str]:
+    errors: list[str] = []
+
+    def build() -> None:
+        try:
+            backend.build_modules(modules)  # type: ignore[attr-defined]
+        except Exception as exc:
+            errors.append("\n".join(str(exc).strip().splitlines()[-LAST_LINES:]) or type(exc).__name__)
+
+    started = time.perf_counter()
+    worker = threading.Thread(target=build, name="pytest-attn-compile", daemon=True)
+    worker.start()
+    pending = list(modules)
+    while pending:
+        alive = worker.is_alive()
+        for m in [m for m in pending if backend.module_built(m)]:  # type: ignore[attr-defined]
+            seconds = time.perf_counter() - started
+            report.builds.append(ModuleBuild(m, seconds))
+            say(f"  built {m.name} in {seconds:.0f} s")
+            pending.remove(m)
+        if not alive:
+            break
+        worker.join(POLL_S)
+    if pending and len(modules) > 1:  # one build stops at its first failure: try the rest one by one
+        say(f"  the build failed; building the {len(pending)} module(s) it left one at a time")
+        return _one_by_one(backend, pending, say, report)
+    failed = {}
+    for m in pending:
+        failed[m] = _failure(m, errors[0] if errors else "the build ended without this module",
+                             time.perf_counter() - started, say, report)
+    return failed
 
 
-class _env:
-    """Set an environment variable for a block unless the user set it."""
+def _one_by_one(backend: Backend, modules: list[JitModule], say: Callable[[str], None],
+                report: CompileReport) -> dict[JitModule, str]:
+    failed = {}
+    for m in modules:
+        started = time.perf_counter()
+        try:
+            backend.build_modules([m])  # type: ignore[attr-defined]
+        except Exception as exc:
+            error = "\n".join(str(exc).strip().splitlines()[-LAST_LINES:]) or type(exc).__name__
+            failed[m] = _failure(m, error, time.perf_counter() - started, say, report)
+            continue
+        report.builds.append(ModuleBuild(m, time.perf_counter() - started))
+        say(f"  built {m.name} in {time.perf_counter() - started:.0f} s")
+    return failed
 
-    def __init__(self, name: str, value: str) -> None:
-        self.name, self.value, self.set = name, value, False
 
-    def __enter__(self) -> None:
-        if self.name not in os.environ:
-            os.environ[self.name] = self.value
-            self.set = True
-
-    def __exit__(self, *exc: object) -> None:
-        if self.set:
-            del os.environ[self.name]
+def _failure(m: JitModule, error: str, seconds: float, say: Callable[[str], None], report: CompileReport) -> str:
+    report.builds.append(ModuleBuild(m, seconds, error))
+    say(f"  FAILED {m.name} after {seconds:.0f} s: {error.splitlines()[-1]}")
+    return f"{m.library} could not compile {m.name}:\n{error}"
