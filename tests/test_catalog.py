@@ -59,5 +59,5 @@ def test_mask_suite_variants():
 
 
 def test_variant_makes_cases_with_readable_ids():
-    v = profile_variants("smoke")[0]
+    v = profile_variants("default")[0]
     assert v.case("sdpa-flash").id == "sdpa-flash-hunyuan-video-bf16-full-fwd"
