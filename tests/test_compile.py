@@ -74,6 +74,9 @@ class Compiling:
     def module_built(self, module):
         return module.name in self.built
 
+    def built_modules(self):
+        return set(self.built)
+
 
 @pytest.fixture(autouse=True)
 def cpu_tensors(monkeypatch):
@@ -90,6 +93,7 @@ def test_modules_are_found_per_kind_of_call_and_built_once():
     report = compile_phase([(c, backend) for c in cases], H200, said.append)
     assert [b.module.name for b in report.builds] == ["A"]  # every case's first module, built once
     assert backend.in_first_call == ["B"]  # what the first module did not cover: compiled by one call
+    assert report.more == ["B"] and any(line.startswith("  first fake-jit call compiled B in") for line in said)
     assert all(not b.error for b in report.builds) and not report.blocked
     assert all(k <= 256 for ks in backend.asked for k in ks)  # asked with small cases: lengths choose no module
     assert said[0] == ("compiling 1 FakeLib module(s) in one parallel build before the first sample (first use;"

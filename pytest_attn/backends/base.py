@@ -62,6 +62,8 @@ class CompilesOnFirstUse(Protocol):
 
     def module_built(self, module: JitModule) -> bool: ...
 
+    def built_modules(self) -> set[str]: ...  # names of the built modules this process has asked for
+
 
 @runtime_checkable
 class Backend(Protocol):

@@ -156,6 +156,9 @@ class FlashInferCall:
     def module_built(self, module: JitModule) -> bool:
         return flashinfer_jit.module_built(module)
 
+    def built_modules(self) -> set[str]:
+        return flashinfer_jit.built_modules()
+
     @property
     def name(self) -> str:
         raise NotImplementedError

@@ -81,3 +81,10 @@ def build_modules(modules: list[JitModule]) -> None:
 
 def module_built(module: JitModule) -> bool:
     return bool(module.handle.is_compiled)
+
+
+def built_modules() -> set[str]:
+    """The modules this process has asked for that are built (FlashInfer's public spec registry)."""
+    from flashinfer.jit import jit_spec_registry
+
+    return {status.name for status in jit_spec_registry.get_all_statuses() if status.is_compiled}

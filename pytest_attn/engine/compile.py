@@ -22,6 +22,7 @@ import gc
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
 from ..backends.base import Backend, CompilesOnFirstUse, JitModule
@@ -31,6 +32,7 @@ from ..core.masks import flag_form
 from .inputs import make_inputs, torch_device
 
 SLOW_FIRST_CALL_S = 5.0
+FIRST_CALLS_AT_ONCE = 4
 POLL_S = 1.0
 SHRUNK_Q, SHRUNK_K, SHRUNK_SEQS = 64, 256, 4
 LAST_LINES = 12
@@ -48,6 +50,7 @@ class CompileReport:
     builds: list[ModuleBuild] = field(default_factory=list)
     wall_s: float = 0.0
     first_calls_s: float = 0.0  # of wall_s: one call of each kind, after the parallel builds
+    more: list[str] = field(default_factory=list)  # modules those first calls compiled
     blocked: dict[str, str] = field(default_factory=dict)  # case id -> why it cannot run here
 
     def lines(self) -> list[str]:
@@ -58,7 +61,8 @@ class CompileReport:
         head = (f"compile: {len(self.builds)} {'/'.join(by_lib)} module(s) built in parallel before the first"
                 f" sample in {self.wall_s:.1f} s")
         out = [head + (f"; {len(failed)} failed, their cases skipped" if failed else "")
-               + f"; then one call of each kind, {self.first_calls_s:.1f} s"]
+               + f"; then one call of each kind, {self.first_calls_s:.1f} s"
+               + (f", compiling {len(set(self.more))} more" if self.more else "")]
         out += [f"  {b.module.name}: {'FAILED after' if b.error else 'built after'} {b.seconds:.1f} s"
                 for b in self.builds]
         return out
@@ -113,19 +117,38 @@ def compile_phase(cases: Iterable[tuple[AttnCase, Backend]], device: DeviceInfo,
 
 def _first_calls(groups: Sequence[Group], device: DeviceInfo, say: Callable[[str], None],
                  report: CompileReport) -> None:
-    """One call of each kind, JIT on: loads the built modules, compiles what is left."""
+    """One call of each kind, JIT on, up to :data:`FIRST_CALLS_AT_ONCE` at a time: loads the built modules
+    and compiles what they did not cover (FlashInfer's calls can need more modules than the first),
+    naming what each compiled."""
     t0 = time.perf_counter()
-    for group in groups:
-        case, backend = group[0]
-        started = time.perf_counter()
-        with contextlib.suppress(Exception):  # refusals and errors: the case's own run says why
-            _call_once(backend, representative(case), device)
-        seconds = time.perf_counter() - started
-        if seconds > SLOW_FIRST_CALL_S:
-            say(f"  first {backend.name} call of its kind took {seconds:.0f} s (compiled what its first module"
-                f" did not cover): {case.id}")
-        gc.collect()
+    with ThreadPoolExecutor(max_workers=FIRST_CALLS_AT_ONCE, thread_name_prefix="pytest-attn-first-call") as pool:
+        futures = {pool.submit(_timed_first_call, g[0][1], representative(g[0][0]), device): g for g in groups}
+        for future in as_completed(futures):
+            case, backend = futures[future][0]
+            seconds, compiled = future.result()
+            if compiled:
+                report.more.extend(compiled)
+                say(f"  first {backend.name} call compiled {', '.join(sorted(compiled))} in {seconds:.0f} s")
+            elif seconds > SLOW_FIRST_CALL_S:
+                say(f"  first {backend.name} call took {seconds:.0f} s ({case.id})")
     report.first_calls_s = time.perf_counter() - t0
+    gc.collect()
+
+
+def _timed_first_call(backend: Backend, case: AttnCase, device: DeviceInfo) -> tuple[float, list[str]]:
+    """(seconds, the modules it compiled) of one call; refusals and errors are left to the case's own run."""
+    before = _built(backend)
+    started = time.perf_counter()
+    with contextlib.suppress(Exception):
+        _call_once(backend, case, device)
+    return time.perf_counter() - started, sorted(_built(backend) - before)
+
+
+def _built(backend: Backend) -> set[str]:
+    try:
+        return set(backend.built_modules())  # type: ignore[attr-defined]
+    except Exception:
+        return set()
 
 
 def _call_once(backend: Backend, case: AttnCase, device: DeviceInfo) -> None:

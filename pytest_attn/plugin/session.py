@@ -19,7 +19,7 @@ from ..backends import builtin_registry
 from ..backends.base import Registry, RegistryError
 from ..backends.registration import register_entry_points
 from ..core.case import AttnCase
-from ..core.catalog import profile_variants
+from ..core.catalog import SMOKE_LEAVES_OUT, profile_variants
 from ..core.device import DeviceInfo
 from ..core.record import Record
 from ..engine.ceilings import CeilingCache
@@ -167,7 +167,10 @@ class AttnSession:
             variants = [v for v in variants if v.dtype in self.options.dtypes]
         if self.options.directions:
             variants = [v for v in variants if v.direction in self.options.directions]
-        return [v.case(b) for v in variants for b in self.backends_for(kind)]
+        backends = self.backends_for(kind)
+        if self.profile == "smoke" and "default" in self.options.backends:
+            backends = [b for b in backends if b not in SMOKE_LEAVES_OUT]
+        return [v.case(b) for v in variants for b in backends]
 
     def add(self, record: Record, extra_info: dict[str, Any]) -> None:
         """Keep a result, and the benchmark's ``extra_info`` it is written to (see :meth:`update`)."""
