@@ -74,3 +74,11 @@ def test_cases_are_frozen_and_hashable():
     with pytest.raises(AttributeError):
         case.dtype = "fp16"  # type: ignore[misc]
     assert len({case, dense()}) == 1
+
+
+def test_a_long_ragged_batch_is_described_by_its_ends_and_totals():
+    many = AttnCase("varlen", "skewed", tuple(range(1, 33)), tuple(range(1, 33)), 4, 2, 32, 32)
+    text = many.describe()
+    assert text.startswith("varlen q=[1, 2, 3, 4, ..., 31, 32] (32 sequences, 528 tokens) k=[1, 2, 3, 4, ..., 31, 32]")
+    few = AttnCase("varlen", "mixed", (1, 7, 33), (1, 7, 33), 4, 2, 32, 32)
+    assert few.describe().startswith("varlen q=[1, 7, 33] k=[1, 7, 33]")

@@ -277,3 +277,48 @@ def test_an_injected_slowdown_turns_the_gate_red(pytester):
     slowed.stdout.fnmatch_lines(["against base.json: 1 SLOWER*"])
     bad = pytester.runpytest(*args, "--attn-inject-slowdown=fast")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--attn-case=batch=12345678901234567890,seqlen=8,heads=2,head_dim=8"],
+         "*batch=12345678901234567890 is larger than 65,536, the most pytest-attn takes*"),
+        (["--attn-case=batch=100000000,seqlen=8,heads=2,head_dim=8"], "*batch=100000000 is larger than 65,536*"),
+        (["--attn-case=seqlen=8,heads=2,head_dim=8,heads=4"], "*heads= is given twice; give each field once*"),
+        (["--attn-case=seqlen=8,heads=2,head_dim=8", "--attn-case=seqlen=8,heads=2,head_dim=8"],
+         "*--attn-case: adhoc-b1-sq8-sk8-h2x2-d8 is given twice*"),
+        (["--attn-max-time=inf"], "*--attn-max-time must be a finite number, got 'inf'*"),
+        (["--attn-threshold-for=backend:fa9=5%"], "*--attn-threshold-for names no back end: backend:fa9; known:*"),
+        (["--attn-hbm=("], "*--attn-hbm: '(' is not a regular expression*"),
+        (["--attn-threshold=500"], "*--attn-threshold '500' reads as 50000%: write it with a % sign*"),
+        (["--attn-trace-dir=afile/traces"], "*--attn-trace-dir=afile/traces: cannot write there*"),
+        (["--attn-save-baseline", "--attn-baselines-dir=afile/baselines"],
+         "*--attn-baselines-dir=*afile/baselines: cannot write there*"),
+        (["--attn-report=afile/rep"], "*--attn-report=afile/rep: cannot write there*"),
+    ],
+)
+def test_bad_input_stops_at_start_up_before_anything_runs(pytester, flags, message):
+    pytester.makepyfile(test_suite=SUITE)
+    (pytester.path / "afile").write_text("a file where a folder is wanted")
+    result = pytester.runpytest("-p", "no:cacheprovider", *flags)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+    assert "passed" not in result.stdout.str()
+
+
+def test_help_and_version_work_wherever_the_plugin_is_installed(pytester):
+    pytester.makepyfile(test_one="def test_one():\n    assert True\n")
+    helped = pytester.runpytest_subprocess("--help")
+    assert helped.ret == pytest.ExitCode.OK
+    helped.stdout.fnmatch_lines(["*--attn-profile=NAME*", "*--attn-compile-only*"])
+    assert pytester.runpytest_subprocess("--version").ret == pytest.ExitCode.OK
+
+
+def test_a_report_on_a_cpu_run_without_a_baseline_says_every_result_is_new(pytester):
+    pytester.makepyfile(test_suite=SUITE)
+    result = pytester.runpytest(*FAST, "--attn-backends=sdpa-math", "--attn-dtypes=fp32", "--attn-directions=fwd",
+                                "-k", "tiny-mha", "--attn-report=rep")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["*pytest-attn gate*", "no baseline for a run without a GPU: every result is NEW*",
+                                 "against none: 1 NEW*", "*wrote rep/summary.md*"])

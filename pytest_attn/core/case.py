@@ -278,12 +278,20 @@ class AttnCase:
     def describe(self) -> str:
         """One line with every number, for messages and the summary."""
         if self.ragged:
-            lengths = f"varlen q={list(self.seqlens_q)} k={list(self.seqlens_k)}"
+            lengths = f"varlen q={_lengths(self.seqlens_q)} k={_lengths(self.seqlens_k)}"
         else:
             lengths = f"{self.batch} x sq={self.seqlens_q[0]} sk={self.seqlens_k[0]}"
         heads = f"{self.heads_q}q/{self.heads_kv}kv heads"
         dims = f"d={self.head_dim_qk}" + ("" if self.head_dim_v == self.head_dim_qk else f"/{self.head_dim_v}")
         return f"{lengths}, {heads}, {dims}, {self.dtype}, mask={self.mask.id}, {self.direction}"
+
+
+def _lengths(values: tuple[int, ...], shown: int = 8) -> str:
+    """A length list for a sentence: whole up to ``shown`` entries, else its ends and its sum."""
+    if len(values) <= shown:
+        return str(list(values))
+    head, tail = ", ".join(map(str, values[:4])), ", ".join(map(str, values[-2:]))
+    return f"[{head}, ..., {tail}] ({len(values)} sequences, {sum(values):,} tokens)"
 
 
 def _check_name(field_name: str, value: object) -> None:

@@ -80,6 +80,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     if device is None or not device.is_cuda:
         if gate.report is not None:  # every result NEW: the report still has the figures
+            lines.append("no baseline for a run without a GPU: every result is NEW (give one with --attn-baseline)")
             _finish(session, attn, {"benchmarks": []}, "none", [], lines)
         return
     path = baseline_path(gate.baselines_dir, fingerprint_of(device).key)

@@ -86,6 +86,11 @@ class AttnSession:
 
     @cached_property
     def backends(self) -> tuple[str, ...]:
+        names = [v.shape.name for v in self.options.adhoc]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise pytest.UsageError(f"--attn-case: {', '.join(twice)} is given twice (the same shape, or the same"
+                                    " name=); give each problem once, or name them apart with name=")
         try:
             names = self.options.resolve_backends(self.registry.names(), self.registry.default_names())
         except ValueError as exc:
