@@ -86,8 +86,8 @@ class AttnSession:
 
     @cached_property
     def backends(self) -> tuple[str, ...]:
-        names = [v.shape.name for v in self.options.adhoc]
-        twice = sorted({n for n in names if names.count(n) > 1})
+        shapes = [v.shape.name for v in self.options.adhoc]
+        twice = sorted({n for n in shapes if shapes.count(n) > 1})
         if twice:
             raise pytest.UsageError(f"--attn-case: {', '.join(twice)} is given twice (the same shape, or the same"
                                     " name=); give each problem once, or name them apart with name=")
