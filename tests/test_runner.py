@@ -172,3 +172,48 @@ def test_a_cpu_call_slower_than_the_limit_is_skipped_after_one_call():
 
     with pytest.raises(CaseSkipped, match=r"one call takes 0\.\d s on this CPU, over the 0.02 s a call may take"):
         run_case(case(mask=Mask.none()), FakeBackend(slow), CPU, RunSettings(cpu_call_limit_s=0.02))
+
+
+def _nan_at(t, index):
+    t = t.clone()
+    t[index] = float("nan")
+    return t
+
+
+@pytest.mark.parametrize(("where", "message"), [
+    ("unsampled-row", r"gives a wrong output before timing: nan \(the whole tensor was checked"),
+    ("gradient", r"gives a wrong gradient dv before timing: nan \(the whole tensor was checked"),
+])
+def test_nan_anywhere_fails_before_timing(where, message):
+    import torch.nn.functional as F
+
+    def planted(inputs):
+        out = F.scaled_dot_product_attention(inputs.q, inputs.k, inputs.v, enable_gqa=True)
+        if where == "unsampled-row":  # row 5 of sequence 1: first, last, middle and random rows miss it here
+            return _nan_at(out, (1, 0, 5, 0))
+        return out + 0 * _nan_dv(inputs.v)  # NaN flows into dv only, through the backward
+
+    direction = "fwd" if where == "unsampled-row" else "fwd+bwd"
+    with pytest.raises(CaseFailed, match=message):
+        run_case(case(mask=Mask.none(), direction=direction), FakeBackend(planted), CPU, FAST)
+
+
+class _NanGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, v):
+        return v.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _nan_at(grad, (0, 0, 3, 0))
+
+
+def _nan_dv(v):
+    return _NanGrad.apply(v).sum()
+
+
+def test_a_fwd_bwd_record_carries_the_gradient_check_and_its_cost():
+    result = run_case(case(direction="fwd+bwd"), SdpaBackend("math"), CPU, FAST)
+    check = result.check
+    assert check is not None and check.grad_rows > 0 and check.grad_max_error <= check.grad_allowed
+    assert check.seconds > 0 and check.grad_tensor in ("dq", "dk", "dv")

@@ -79,13 +79,20 @@ class Clocks:
 
 @dataclass(frozen=True)
 class Check:
-    """The sampled-row check against the fp64 reference that the call passed before it was timed."""
+    """The checks a call passed before it was timed: every output (and gradient) element finite, and
+    sampled rows of every sequence against the fp64 reference -- the output, and for fwd+bwd dq, dk and
+    dv -- with what each cost."""
 
     rows: int
     max_error: float
     math_error: float  # the same math in the case's dtype
     allowed: float
     worst: str
+    seconds: float = 0.0  # the whole check: finite pass, output rows, gradient rows
+    grad_rows: int = 0  # sampled query and key rows of the gradient check (fwd+bwd)
+    grad_max_error: float | None = None  # of the gradient the check found closest to its allowance
+    grad_allowed: float | None = None
+    grad_tensor: str = ""
 
 
 @dataclass(frozen=True)

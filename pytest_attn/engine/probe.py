@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..core.device import DeviceInfo
+from ..core.layouts import torch_dtype
 from .nvml import NoNvml, Nvml, open_nvml
 
 
@@ -58,8 +59,6 @@ def host_free_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None:
 def cpu_gflops(dtypes: tuple[str, ...] = ("fp32", "bf16", "fp16"), n: int = 256, reps: int = 5) -> dict[str, float]:
     """This CPU's matrix-product rate per dtype through torch (best of ``reps``, a few milliseconds)."""
     import torch
-
-    from ..core.layouts import torch_dtype
 
     rates = {}
     for dtype in dtypes:

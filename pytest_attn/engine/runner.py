@@ -7,6 +7,7 @@ outcomes. Memory is released before either is raised, so the session goes on.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import time
 import traceback
@@ -21,10 +22,10 @@ from ..core.case import AttnCase
 from ..core.device import DeviceInfo
 from ..core.kernel_names import KernelCall
 from ..core.metrics import figures
-from ..core.record import Clocks, Record, Timing, TimingCheck
+from ..core.record import Check, Clocks, Record, Timing, TimingCheck
 from ..core.stats import median, relative_precision
 from ..core.throttle import assess
-from ..oracle.checks import RowCheck, check_rows
+from ..oracle.checks import check_finite, check_grad_rows, check_rows, only_rows_with_keys
 from .inputs import make_inputs, make_step, torch_device
 from .nvml import NoNvml, Nvml
 from .probe import host_free_bytes
@@ -195,26 +196,52 @@ def _release(device: DeviceInfo) -> None:
 
 # ---- measuring -----------------------------------------------------------------------------------
 def _setup(case: AttnCase, backend: Backend, device: DeviceInfo,
-           settings: RunSettings) -> tuple[Callable[[], Any], RowCheck | None]:
-    """The first input set's step, after the sampled-row check of its output."""
+           settings: RunSettings) -> tuple[Callable[[], Any], Check | None]:
+    """The first input set's step, after the checks of one call: every output and gradient element
+    finite, sampled rows of every sequence against the reference (output, and gradients for fwd+bwd)."""
     import torch
 
     first = make_inputs(case, backend.layout, torch_device(device), requires_grad=case.direction == "fwd+bwd",
                         seed=0)
     forward = backend.prepare(case, first)  # may raise Unsupported with the library's words
-    with torch.no_grad():
-        t0 = time.perf_counter()
+    t0 = time.perf_counter()
+    with torch.set_grad_enabled(case.direction == "fwd+bwd"):
         out = forward()
-        call_s = time.perf_counter() - t0
+        grads = tuple(torch.autograd.grad(out, (first.q, first.k, first.v), first.grad_out)) \
+            if case.direction == "fwd+bwd" else None
+    _sync(device)
     if not device.is_cuda:
-        _refuse_slow_cpu_call(case, call_s * (1 + flops.BWD_FACTOR if case.direction == "fwd+bwd" else 1), settings)
-    check = None
-    if settings.verify:
-        check = check_rows(case, first, out, backend.layout)
-        if not check.ok:
-            raise CaseFailed(check.message(case))
-    del out
+        _refuse_slow_cpu_call(case, time.perf_counter() - t0, settings)
+    check = _check(case, first, out.detach(), backend.layout, grads) if settings.verify else None
+    del out, grads
     return make_step(case, forward, first), check
+
+
+def _sync(device: DeviceInfo) -> None:
+    if device.is_cuda:
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def _check(case: AttnCase, inputs: Any, out: Any, layout: str, grads: tuple[Any, ...] | None) -> Check:
+    """The checks of :func:`_setup`; raises :class:`CaseFailed` with the first problem found."""
+    t0 = time.perf_counter()
+    tensors = {"out": out, **(dict(zip(("dq", "dk", "dv"), grads, strict=True)) if grads else {})}
+    problem = check_finite(only_rows_with_keys(case, layout, tensors))
+    if problem is not None:
+        raise CaseFailed(problem.message(case))
+    rows = check_rows(case, inputs, out, layout)
+    if not rows.ok:
+        raise CaseFailed(rows.message(case))
+    summary = rows.summary()
+    if grads is not None:
+        grad = check_grad_rows(case, inputs, out, layout, grads)  # type: ignore[arg-type]
+        if not grad.ok:
+            raise CaseFailed(grad.message(case))
+        summary = dataclasses.replace(summary, grad_rows=grad.rows_checked, grad_max_error=grad.max_error,
+                                      grad_allowed=grad.allowed, grad_tensor=grad.tensor)
+    return dataclasses.replace(summary, seconds=time.perf_counter() - t0)
 
 
 def _refuse_slow_cpu_call(case: AttnCase, step_s: float, settings: RunSettings) -> None:
@@ -284,7 +311,7 @@ def _measure(case: AttnCase, backend: Backend, device: DeviceInfo, settings: Run
         figures=figures(work, median(samples), device.peak(case.dtype, settings.peak_tflops),
                         clocks_seen.sm_clock_mhz),
         clocks=clocks_seen,
-        check=check.summary() if check is not None else None,
+        check=check,
         kernels=tuple(diagnostics["kernels"]),
         expression=_expression(backend, case),
         peak_memory_bytes=diagnostics["peak_memory"],

@@ -14,13 +14,17 @@ bug (a wrong mask or head mapping) errs by 0.01 to 1. NaN or Inf never pass.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from ..core.case import AttnCase
 from ..core.flops import visible_keys_per_row
 from ..core.layouts import Inputs, sequence, torch_dtype
 from ..core.record import Check
+from .grad_rows import grads_at, rounding_term, row_stats
 from .reference import BWD_RATIO, FWD_RATIO, attention_and_grads, attention_rows, error_floor, output_rounding_term
 
 if TYPE_CHECKING:
@@ -35,72 +39,203 @@ class RowCheck:
     allowed: float
     rows_checked: int
     worst: str  # "sequence s, row r, head h, column c"
+    tensor: str = "out"  # "out", or the gradient "dq", "dk", "dv"
+    problem: str = ""  # NaN/Inf, where the whole tensor was checked
 
     def summary(self) -> Check:
         """What the result record keeps of the check."""
         return Check(self.rows_checked, self.max_error, self.lowp_error, self.allowed, self.worst)
 
     def message(self, case: AttnCase) -> str:
+        what = "output" if self.tensor == "out" else f"gradient {self.tensor}"
+        head = f"{case.id} gives a wrong {what} before timing"
+        if self.problem:
+            return (f"{head}: {self.problem} at {self.worst}. A benchmark of a wrong kernel is not reported; check"
+                    f" the back end on {case.describe()}.")
+        ratio = FWD_RATIO if self.tensor == "out" else BWD_RATIO
         return (
-            f"{case.id} gives wrong output before timing: max |out - ref| = {self.max_error:.3g} at "
-            f"{self.worst}, allowed {self.allowed:.3g} (2 x the {case.dtype} math error {self.lowp_error:.3g} "
-            f"+ the {case.dtype} floor). A benchmark of a wrong kernel is not reported; check the back end's mask and "
-            f"layout handling for {case.describe()}."
+            f"{head}: max |{self.tensor} - ref| = {self.max_error:.3g} at {self.worst}, allowed {self.allowed:.3g}"
+            f" ({ratio:g} x the {case.dtype} math error {self.lowp_error:.3g} + the {case.dtype} floor). A benchmark"
+            f" of a wrong kernel is not reported; check the back end's mask and layout handling for"
+            f" {case.describe()}."
         )
 
 
-def _sample_rows(case: AttnCase, index: int, count: int, gen_seed: int) -> list[int]:
-    """Rows to check: first, last, middle and random ones, leaving out rows that see no key."""
+def check_finite(tensors: dict[str, torch.Tensor]) -> RowCheck | None:
+    """Every element of every tensor finite (one reduction each, on its device); where not, the first
+    NaN/Inf found -- an element a kernel never wrote, or one that overflowed."""
+    import torch
+
+    for name, t in tensors.items():
+        if bool(torch.isfinite(t).all()):
+            continue
+        bad = (~torch.isfinite(t)).nonzero()[0].tolist()
+        value = float(t[tuple(bad)])
+        return RowCheck(False, float("inf"), 0.0, 0.0, 0, f"index {bad} of {name} {tuple(t.shape)}", name,
+                        f"{value} (the whole tensor was checked: {int((~torch.isfinite(t)).sum())} element(s)"
+                        " not finite)")
+    return None
+
+
+def only_rows_with_keys(case: AttnCase, layout: str, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``tensors`` with the output's and dq's rows that see no key zeroed: what a kernel writes there is
+    its documented convention (zero, NaN), checked by the fuzzer, not a wrong value."""
+    import torch
+
+    seen = [visible_keys_per_row(sq, sk, case.mask) > 0 for sq, sk in zip(case.seqlens_q, case.seqlens_k,
+                                                                            strict=True)]
+    if all(s.all() for s in seen):
+        return tensors
+    rows = torch.from_numpy(np.concatenate(seen)) if layout == "thd" else torch.from_numpy(np.stack(seen))
+    out = dict(tensors)
+    for name in ("out", "dq"):
+        if name in out:
+            t = out[name]
+            keep = rows.to(t.device)
+            keep = keep[:, None, None] if layout == "thd" else keep[:, :, None, None] if layout == "bshd" else \
+                keep[:, None, :, None]
+            out[name] = torch.where(keep, t, torch.zeros((), dtype=t.dtype, device=t.device))
+    return out
+
+
+def _sample(count: int, length: int, keep: Callable[[int], bool], seed: int) -> list[int]:
+    """First, last, middle and random indices below ``length`` that ``keep`` accepts."""
     import random
 
-    sq, sk = case.seqlens_q[index], case.seqlens_k[index]
-    seen = visible_keys_per_row(sq, sk, case.mask)
-    candidates = [r for r in (0, sq - 1, sq // 2) if seen[r] > 0]
-    rng = random.Random(gen_seed)
+    candidates = [r for r in (0, length - 1, length // 2) if keep(r)]
+    rng = random.Random(seed)
     for _ in range(4 * count):
-        if len(set(candidates)) >= min(count, sq):
+        if len(set(candidates)) >= min(count, length):
             break
-        r = rng.randrange(sq)
-        if seen[r] > 0:
+        r = rng.randrange(length)
+        if keep(r):
             candidates.append(r)
     return sorted(set(candidates))[:count]
+
+
+def _sample_rows(case: AttnCase, index: int, count: int, gen_seed: int) -> list[int]:
+    """Query rows to check: first, last, middle and random ones, leaving out rows that see no key."""
+    seen = visible_keys_per_row(case.seqlens_q[index], case.seqlens_k[index], case.mask)
+    return _sample(count, case.seqlens_q[index], lambda r: bool(seen[r] > 0), gen_seed)
+
+
+@dataclass
+class _Worst:
+    """The worst error so far of one tensor, and the same math's error in the case's dtype."""
+
+    name: str
+    error: float = 0.0
+    where: str = "nowhere"
+    lowp: float = 0.0
+    size: float = 0.0  # the largest |reference| element, for the gradient floor
+
+    def add(self, got: torch.Tensor, ref: torch.Tensor, low: torch.Tensor, index: int, labels: list[int],
+            kind: str) -> RowCheck | None:
+        import torch
+
+        got = got.to(torch.float64)
+        if not torch.isfinite(got).all():
+            bad = (~torch.isfinite(got)).nonzero()[0].tolist()
+            where = f"sequence {index}, {kind} {labels[bad[0]]}, head {bad[1]}, column {bad[2]}"
+            return RowCheck(False, float("inf"), self.lowp, 0.0, 0, where, self.name, "NaN/Inf")
+        err = (got - ref).abs()
+        if float(err.max()) > self.error:
+            r, h, c = (int(x) for x in torch.unravel_index(err.argmax(), err.shape))
+            self.error, self.where = float(err.max()), f"sequence {index}, {kind} {labels[r]}, head {h}, column {c}"
+        self.lowp = max(self.lowp, float((low.to(torch.float64) - ref).abs().max()))
+        self.size = max(self.size, float(ref.abs().max()))
+        return None
+
+    def verdict(self, allowed: float, rows: int) -> RowCheck:
+        return RowCheck(self.error <= allowed, self.error, self.lowp, allowed, rows, self.where, self.name)
 
 
 def check_rows(
     case: AttnCase, inputs: Inputs, out: torch.Tensor, out_layout: str, *, rows_per_sequence: int = 8, seed: int = 0
 ) -> RowCheck:
-    """Compare ``out`` with the fp64 reference on sampled rows of the first and last sequence."""
+    """Compare ``out`` with the fp64 reference on sampled rows of every sequence, every head."""
     import torch
 
-    floor = error_floor(case.dtype)
     lowp_dtype = torch_dtype(case.dtype) if case.dtype != "fp8" else torch.bfloat16
-    worst_err, worst_where, lowp_err, checked = 0.0, "nowhere", 0.0, 0
-    for index in sorted({0, case.batch - 1}):
+    worst, checked = _Worst("out"), 0
+    for index in range(case.batch):
         rows_list = _sample_rows(case, index, rows_per_sequence, seed + index)
         if not rows_list:
             continue
-        q = sequence(inputs.q, inputs.layout, case, index, "q").detach()
-        k = sequence(inputs.k, inputs.layout, case, index, "k").detach()
-        v = sequence(inputs.v, inputs.layout, case, index, "k").detach()
+        q, k, v = (sequence(t, inputs.layout, case, index, w).detach()
+                   for t, w in ((inputs.q, "q"), (inputs.k, "k"), (inputs.v, "k")))
         rows = torch.tensor(rows_list, device=q.device)
         ref = attention_rows(q, k, v, case, rows, torch.float64)
-        lowp = attention_rows(q, k, v, case, rows, lowp_dtype).to(torch.float64)
-        got = sequence(out, out_layout, case, index, "q").detach()[rows].to(torch.float64)
-        if not torch.isfinite(got).all():
-            bad = (~torch.isfinite(got)).nonzero()[0].tolist()
-            where = f"sequence {index}, row {rows_list[bad[0]]}, head {bad[1]}, column {bad[2]}"
-            return RowCheck(False, float("inf"), lowp_err, 0.0, checked, where + " (NaN/Inf)")
-        err = (got - ref).abs()
-        flat = int(err.argmax())
-        e = float(err.max())
-        if e > worst_err:
-            r, h, c = (flat // (err.shape[1] * err.shape[2]), (flat // err.shape[2]) % err.shape[1],
-                       flat % err.shape[2])
-            worst_err, worst_where = e, f"sequence {index}, row {rows_list[r]}, head {h}, column {c}"
-        lowp_err = max(lowp_err, float((lowp - ref).abs().max()))
+        lowp = attention_rows(q, k, v, case, rows, lowp_dtype)
+        got = sequence(out, out_layout, case, index, "q").detach()[rows]
+        problem = worst.add(got, ref, lowp, index, rows_list, "row")
+        if problem is not None:
+            return problem
         checked += len(rows_list)
-    allowed = FWD_RATIO * lowp_err + floor
-    return RowCheck(worst_err <= allowed, worst_err, lowp_err, allowed, checked, worst_where)
+    return worst.verdict(FWD_RATIO * worst.lowp + error_floor(case.dtype), checked)
+
+
+def check_grad_rows(case: AttnCase, inputs: Inputs, out: torch.Tensor, out_layout: str,
+                    grads: tuple[torch.Tensor, torch.Tensor, torch.Tensor], *, rows_per_sequence: int = 4,
+                    seed: int = 0) -> RowCheck:
+    """dq on sampled query rows and dk, dv on sampled key rows of every sequence against the fp64
+    reference, by the oracle's gradient rule: within 3x the same math's error in the case's dtype, plus
+    one unit of the dtype at the gradient's size, plus -- for dq and dk -- what a FlashAttention backward
+    errs by design. The reference never holds a whole score matrix (:mod:`.grad_rows`)."""
+
+    assert inputs.grad_out is not None, "a fwd+bwd case's inputs carry dO"
+    worst = {n: _Worst(n) for n in ("dq", "dk", "dv")}
+    by_design = {"dq": 0.0, "dk": 0.0}
+    checked = 0
+    for index in range(case.batch):
+        parts = _grad_parts(case, inputs, out, out_layout, grads, index, rows_per_sequence, seed)
+        if parts is None:
+            continue
+        rows_list, cols_list, ref, low, got, term = parts
+        for name, r, lo, g, labels, kind in zip(("dq", "dk", "dv"), ref, low, got, (rows_list, cols_list, cols_list),
+                                                ("row", "key", "key"), strict=True):
+            problem = worst[name].add(g, r, lo, index, labels, kind)
+            if problem is not None:
+                return problem
+        for name, t in zip(("dq", "dk"), term, strict=True):
+            by_design[name] = max(by_design[name], float(t.abs().max()) if t.numel() else 0.0)
+        checked += len(rows_list) + len(cols_list)
+    unit = error_floor(case.dtype, grad=True)
+    result = None
+    for name, w in worst.items():
+        check = w.verdict(BWD_RATIO * w.lowp + max(unit, unit * w.size) + by_design.get(name, 0.0), checked)
+        if not check.ok:
+            return check
+        result = result or check
+    assert result is not None
+    return result
+
+
+def _grad_parts(case: AttnCase, inputs: Inputs, out: torch.Tensor, out_layout: str,
+                grads: tuple[torch.Tensor, torch.Tensor, torch.Tensor], index: int, count: int,
+                seed: int) -> tuple[list[int], list[int], tuple[torch.Tensor, ...], tuple[torch.Tensor, ...],
+                                    tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]] | None:
+    """One sequence's sampled rows and keys, the fp64 and low-precision reference gradients there, the
+    kernel's, and the by-design term."""
+    import torch
+
+    rows_list = _sample_rows(case, index, count, seed + index)
+    cols_list = _sample(count, case.seqlens_k[index], lambda j: True, seed + 1000 + index)
+    if not rows_list or inputs.grad_out is None:
+        return None
+    q, k, v, g_out = (sequence(t, inputs.layout, case, index, w).detach() for t, w in (
+        (inputs.q, "q"), (inputs.k, "k"), (inputs.v, "k"), (inputs.grad_out, "q")))
+    rows, cols = torch.tensor(rows_list, device=q.device), torch.tensor(cols_list, device=q.device)
+    f64, low_dtype = torch.float64, torch_dtype(case.dtype) if case.dtype != "fp8" else torch.bfloat16
+    q64, k64, v64, do64 = (t.to(f64) for t in (q, k, v, g_out))
+    stats = row_stats(q64, k64, v64, case)
+    ref = grads_at(q64, k64, v64, do64, case, rows, cols, stats)
+    ql, kl, vl, dol = (t.to(low_dtype) for t in (q, k, v, g_out))
+    low = grads_at(ql, kl, vl, dol, case, rows, cols, row_stats(ql, kl, vl, case))
+    dq, dk, dv = (sequence(g, inputs.layout, case, index, w).detach() for g, w in zip(grads, "qkk", strict=True))
+    kernel_out = torch.nan_to_num(sequence(out, out_layout, case, index, "q").detach().to(f64))
+    term = rounding_term(q64, k64, kernel_out, do64, case, rows, cols, stats)
+    return rows_list, cols_list, ref, low, (dq[rows], dk[cols], dv[cols]), term
 
 
 # ---- the fuzzer's oracle: every row, and gradients ---------------------------------------------

@@ -100,11 +100,13 @@ def time_lines(results: Sequence[Record]) -> list[str]:
     any JIT left to the first call compile), warming up, and sampling."""
     if not results:
         return []
-    setup = sum(r.timing.setup_s for r in results)
+    checks = sum(r.check.seconds for r in results if r.check is not None)
+    setup = sum(r.timing.setup_s for r in results) - checks
     warmup = sum(r.timing.prepare_s - r.timing.setup_s for r in results)
     sampling = sum(r.timing.elapsed_s - r.timing.prepare_s for r in results)
     return [f"time over {len(results)} cases: setup {setup:.1f} s (inputs, plans, first calls: torch.compile and"
-            f" any compilation left to them), warm-up and capture {warmup:.1f} s, sampling {sampling:.1f} s"]
+            f" any compilation left to them), checks against the reference {checks:.1f} s, warm-up and capture"
+            f" {warmup:.1f} s, sampling {sampling:.1f} s"]
 
 
 def timing_check_line(results: Sequence[Record]) -> str | None:
