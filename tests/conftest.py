@@ -7,6 +7,17 @@ import pytest
 pytest_plugins = ["pytester"]
 
 
+def pytest_configure(config):
+    """torch's CPU threads as an attention run on this machine sets them (half the usable CPUs): on a
+    2-core CI box with one core busy, a full-width pool makes every parallel op wait for the busy core."""
+    from pytest_attn.engine.threads import auto_threads, set_torch_threads, usable_cpus
+
+    try:
+        set_torch_threads(auto_threads(usable_cpus()))
+    except ImportError:  # tests that need torch skip themselves
+        pass
+
+
 class FakeNvml:
     """NVML stand-in: returns the clocks it is given, in order, then repeats the last."""
 

@@ -112,3 +112,86 @@ def test_a_back_end_that_cannot_run_here_is_a_refusal_not_a_skip():
 
     fuzzer = Fuzzer(Registry([GpuOnly("none")]), CPU)
     assert fuzzer.check("planted", "fwd", data=None) == Refused("no CUDA device")
+
+
+class FlashLike(Planted):
+    """Refuses what SDPA's flash kernel refuses -- a mask it would need a dense attn_mask for, such as
+    bottom-right causal with seqlen_q != seqlen_k -- and corrupts single-query attention."""
+
+    def supports(self, case, device):
+        if case.mask.kind not in ("none", "causal") or (
+                case.mask.kind == "causal" and case.seqlens_q != case.seqlens_k and max(case.seqlens_q) > 1):
+            return "takes no attn_mask"
+        return None
+
+    def prepare(self, case, inputs):
+        forward = super().prepare(case, inputs)
+
+        def corrupted():
+            out = forward()
+            if self.fault == "single_query" and max(case.seqlens_q) == 1:
+                out = out * 1.02
+            return out
+
+        return corrupted
+
+
+def test_a_relation_refused_with_one_mask_is_still_fuzzed_with_the_masks_it_takes():
+    fuzzer = Fuzzer(Registry([FlashLike("none")]), CPU, dtypes=("fp32",))
+    space = fuzzer.space("planted", "fwd")
+    kinds = space.relation_kinds()
+    assert set(kinds) == {"self", "prefix", "decode", "cross"}
+    assert kinds["prefix"] == ("none",) and "causal" in kinds["self"]
+
+
+def test_a_fault_in_single_query_attention_is_caught_where_a_causal_probe_would_refuse_decode():
+    fuzzer = Fuzzer(Registry([FlashLike("single_query")]), CPU, dtypes=("fp32",))
+
+    @settings(settings.get_profile("ci"), database=None)
+    @given(data=st.data())
+    def prop(data):
+        fuzzer.check("planted", "fwd", data)
+
+    with pytest.raises(AssertionError, match="planted gives a wrong result"):
+        prop()
+
+
+def test_real_sdpa_flash_forward_reaches_decode_on_cpu():
+    from pytest_attn.backends import builtin_registry
+
+    fuzzer = Fuzzer(builtin_registry(), CPU, dtypes=("fp32",))
+    kinds = fuzzer.space("sdpa-flash", "fwd").relation_kinds()
+    assert "none" in kinds["decode"] and "none" in kinds["cross"]
+
+
+class DecodeShy(Planted):
+    """Takes the probe's small decode case, refuses every decode case the strategy draws."""
+
+    def supports(self, case, device):
+        decode = max(case.seqlens_q) <= 4 and case.seqlens_q != case.seqlens_k
+        return "refused" if decode and case.shape != "probe" else None
+
+
+def test_reach_counts_each_relation_and_names_one_that_never_ran():
+    fuzzer = Fuzzer(Registry([DecodeShy("none")]), CPU, dtypes=("fp32",))
+
+    @settings(settings.get_profile("ci"), database=None)
+    @given(data=st.data())
+    def prop(data):
+        fuzzer.check("planted", "fwd", data)
+
+    prop()
+    reach = fuzzer.reach[("planted", "fwd")]
+    assert reach.ran["self"] and reach.ran["cross"] and reach.refused["decode"]
+    assert "decode" in reach.missing()
+    assert reach.describe().startswith(f"{reach.total} ran: self {reach.ran['self']}")
+
+
+def test_reach_is_not_judged_on_a_handful_of_examples():
+    from pytest_attn.fuzz.fuzzer import Reach
+
+    reach = Reach(("self", "decode"))
+    reach.ran["self"] += 9
+    assert reach.missing() == ()
+    reach.ran["self"] += 1
+    assert reach.missing() == ("decode",)

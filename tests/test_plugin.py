@@ -8,7 +8,7 @@ import pytest
 
 from pytest_attn.core.record import Record
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 
 SUITE = '''
 import pytest
@@ -36,7 +36,7 @@ def test_cpu_profile_end_to_end(pytester):
     assert outcomes["passed"] >= 6 and outcomes["skipped"] >= 6
     result.stdout.fnmatch_lines([
         "*pytest-attn summary*",
-        "profile: cpu; back ends: sdpa-math, sdpa-efficient",
+        "profile: cpu; back ends: sdpa-math, sdpa-efficient; torch CPU threads: *",
         "device: CPU*",
         "tiny-gqa-causal-fp32-causal-fwd: 2 x sq=96 sk=96, 8q/2kv heads*",
         "*sdpa-math*cpu",
@@ -209,12 +209,60 @@ def test_fuzz_examples_override_the_profiles_count(pytester):
     base = ["-p", "no:cacheprovider", "--attn-backends=sdpa-math", "--attn-directions=fwd", "suite_fuzz.py"]
     result = pytester.runpytest(*base, "--attn-fuzz-examples=7")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*hypothesis profile: ci-x7*", "*sdpa-math fwd: 7"])
+    result.stdout.fnmatch_lines(["*hypothesis profile: ci-x7*", "*sdpa-math fwd: 7 ran: self *"])
     result = pytester.runpytest(*base, "--hypothesis-profile=thorough", "--attn-fuzz-examples=4")
-    result.stdout.fnmatch_lines(["*hypothesis profile: thorough-x4*", "*sdpa-math fwd: 4"])
+    result.stdout.fnmatch_lines(["*hypothesis profile: thorough-x4*", "*sdpa-math fwd: 4 ran: *"])
     result = pytester.runpytest(*base, "--attn-fuzz-examples=0")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--attn-fuzz-examples must be positive, got '0'*"])
+
+
+SHY_CONFTEST = '''
+import torch.nn.functional as F
+
+
+class Shy:
+    """Takes the fuzzer's small decode probe, refuses every decode case drawn afterwards."""
+
+    name = "shy"
+    description = "SDPA math that refuses decode shapes past the probe"
+    layout = "bhsd"
+    needs_cuda = False
+    has_backward = True
+    default_enabled = False
+    empty_rows = "any"
+
+    def available(self):
+        return None
+
+    def supports(self, case, device):
+        decode = max(case.seqlens_q) <= 4 and case.seqlens_q != case.seqlens_k
+        if case.ragged or case.mask.kind != "none" or (decode and case.shape != "probe"):
+            return "refused"
+        return None
+
+    def workspace_bytes(self, case):
+        return 0
+
+    def prepare(self, case, inputs):
+        q, k, v = inputs.q, inputs.k, inputs.v
+        return lambda: F.scaled_dot_product_attention(q, k, v, scale=case.scale, enable_gqa=case.heads_q != case.heads_kv)
+
+
+def pytest_attn_register_backends(registry, config):
+    registry.register(Shy())
+'''
+
+
+def test_a_relation_no_example_reached_fails_the_run_by_name(pytester):
+    pytester.makeconftest(SHY_CONFTEST)
+    pytester.makepyfile(suite_fuzz=FUZZ_SUITE)
+    result = pytester.runpytest("-p", "no:cacheprovider", "--attn-backends=shy", "--attn-directions=fwd",
+                                "suite_fuzz.py")
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*shy fwd: * ran: self *, decode 0 (* refused)*",
+                                 "FAILED reach: shy fwd: no decode example ran, though the back end takes it*"])
 
 
 def test_gate_end_to_end_on_cpu(pytester):
@@ -296,6 +344,8 @@ def test_an_injected_slowdown_turns_the_gate_red(pytester):
         (["--attn-save-baseline", "--attn-baselines-dir=afile/baselines"],
          "*--attn-baselines-dir=*afile/baselines: cannot write there*"),
         (["--attn-report=afile/rep"], "*--attn-report=afile/rep: cannot write there*"),
+        (["--attn-cpu-threads=0"], "*--attn-cpu-threads must be positive, got '0'*"),
+        (["--attn-cpu-threads=many"], "*--attn-cpu-threads must be a whole number, got 'many'*"),
     ],
 )
 def test_bad_input_stops_at_start_up_before_anything_runs(pytester, flags, message):
@@ -322,3 +372,24 @@ def test_a_report_on_a_cpu_run_without_a_baseline_says_every_result_is_new(pytes
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(["*pytest-attn gate*", "no baseline for a run without a GPU: every result is NEW*",
                                  "against none: 1 NEW*", "*wrote rep/summary.md*"])
+
+
+def test_a_cpu_run_sets_torch_threads_and_says_so(pytester):
+    pytester.makepyfile(test_suite=SUITE)
+    args = [*FAST, "--attn-backends=sdpa-math", "--attn-dtypes=fp32", "--attn-directions=fwd"]
+    try:
+        result = pytester.runpytest(*args, "--attn-cpu-threads=1")
+        result.stdout.fnmatch_lines(["profile: cpu; back ends: sdpa-math; torch CPU threads: 1 (--attn-cpu-threads)"])
+        assert torch.get_num_threads() == 1
+        result = pytester.runpytest(*args)
+        result.stdout.fnmatch_lines(["*torch CPU threads: * (auto: half of the * CPUs this process may use)"])
+    finally:
+        from pytest_attn.engine.threads import auto_threads, set_torch_threads, usable_cpus
+
+        set_torch_threads(auto_threads(usable_cpus()))
+
+
+def test_auto_threads_leave_half_the_cpus():
+    from pytest_attn.engine.threads import auto_threads
+
+    assert [auto_threads(n) for n in (1, 2, 3, 16)] == [1, 1, 1, 8]

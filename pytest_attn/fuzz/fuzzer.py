@@ -8,7 +8,8 @@ It knows nothing of pytest: a back end that cannot be fuzzed here makes :meth:`F
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 from hypothesis import note, reject
@@ -75,6 +76,36 @@ def failure_message(case: AttnCase, seed: int, check: FullCheck) -> str:
     )
 
 
+#: Examples per relation a target must have run before a relation with none fails the run (below it,
+#: a relation missing from a handful of examples is chance, not a lost capability).
+JUDGE_PER_RELATION = 5
+
+
+@dataclass
+class Reach:
+    """What one back end and direction was fuzzed with: examples run and refused per relation."""
+
+    relations: tuple[str, ...]  # the relations its probe found it takes
+    ran: Counter[str] = field(default_factory=Counter)
+    refused: Counter[str] = field(default_factory=Counter)  # drawn, then refused by the back end
+
+    @property
+    def total(self) -> int:
+        return sum(self.ran.values())
+
+    def missing(self) -> tuple[str, ...]:
+        """Relations the back end takes that no example ran -- judged once enough examples ran for a
+        missing one to mean something (:data:`JUDGE_PER_RELATION` per relation), else none."""
+        if self.total < JUDGE_PER_RELATION * len(self.relations):
+            return ()
+        return tuple(r for r in self.relations if not self.ran[r])
+
+    def describe(self) -> str:
+        parts = [f"{r} {self.ran[r]}" + (f" ({self.refused[r]} refused)" if self.refused[r] else "")
+                 for r in self.relations]
+        return f"{self.total} ran: " + ", ".join(parts)
+
+
 class Fuzzer:
     """Runs the fuzz property for one back end and direction (used by the ``attn_fuzzer`` fixture)."""
 
@@ -83,33 +114,43 @@ class Fuzzer:
         self.registry, self.device = registry, device
         self.dtypes, self.head_dims = dtypes, head_dims
         self._spaces: dict[tuple[str, str], Space | str] = {}
-        self.examples: dict[tuple[str, str], int] = {}  # examples run (not rejected) per target
+        self.reach: dict[tuple[str, str], Reach] = {}  # per (back end, direction) that could be fuzzed
 
     def space(self, name: str, direction: str) -> Space | str:
         key = (name, direction)
         if key not in self._spaces:
-            self._spaces[key] = probe_space(self.registry.get(name), self.device, direction, dtypes=self.dtypes,
-                                            head_dims=self.head_dims)
+            space = probe_space(self.registry.get(name), self.device, direction, dtypes=self.dtypes,
+                                head_dims=self.head_dims)
+            self._spaces[key] = space
+            if not isinstance(space, str):
+                self.reach[key] = Reach(tuple(space.relation_kinds()))
         return self._spaces[key]
 
     def check(self, name: str, direction: str, data: Any) -> Refused | None:
         """One example: draw a case, run it, raise AssertionError with the report when it is wrong.
-        Cases the back end refuses, or that the known-failure ledger covers, are rejected; a back end
-        that cannot be fuzzed here at all gives a :class:`Refused`."""
+        Cases the back end refuses, or that the known-failure ledger covers, are rejected (and counted
+        per relation); a back end that cannot be fuzzed here at all gives a :class:`Refused`."""
         space = self.space(name, direction)
         if isinstance(space, str):
             return Refused(space)
         backend = self.registry.get(name)
-        case = data.draw(attn_cases(backend=name, space=space, direction=direction), label="case")
+        reach = self.reach[(name, direction)]
+        relation = data.draw(st.sampled_from(reach.relations), label="relation")
+        case = data.draw(attn_cases(backend=name, space=space, direction=direction, relations=(relation,)),
+                         label="case")
         seed = data.draw(st.integers(0, 2**16 - 1), label="seed")
         note(f"replay: PYTHONPATH=. python -m pytest_attn.fuzz '{case_json(case, seed)}'")
-        if known_failure(case) is not None or backend.supports(case, self.device) is not None:
+        if known_failure(case) is not None:
+            reject()
+        if backend.supports(case, self.device) is not None:
+            reach.refused[relation] += 1
             reject()
         try:
             check = run_example(case, backend, self.device, seed)
         except Unsupported:
+            reach.refused[relation] += 1
             reject()
-        self.examples[(name, direction)] = self.examples.get((name, direction), 0) + 1
+        reach.ran[relation] += 1
         if not check.ok:
             raise AssertionError(failure_message(case, seed, check))
         return None

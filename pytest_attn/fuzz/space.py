@@ -14,6 +14,12 @@ from .strategies import Space
 
 CPU_HEAD_DIMS = (8, 16, 24, 32, 40, 64)
 GPU_HEAD_DIMS = (16, 32, 40, 64, 72, 80, 96, 128, 256)
+#: Small lengths (seqlens_q, seqlens_k) standing for each relation of key to query lengths.
+RELATION_PROBES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
+    "self": ((8,), (8,)), "prefix": ((4,), (9,)), "decode": ((1,), (9,)), "cross": ((8,), (5,)),
+}
+MASKS = {"none": Mask.none(), "causal": Mask.causal(), "window": Mask.window(3, 2),
+         "blocksparse": random_block_sparse(4, 0.5), "prefixlm": prefix_lm(2)}
 
 
 def _refusal(backend: Backend, device: DeviceInfo, **fields: Any) -> str | None:
@@ -61,22 +67,42 @@ def probe_space(
         return f"{backend.name} takes none of the head dims {', '.join(map(str, dims))}"
     d = ok_dims[0]
     common: dict[str, Any] = dict(dtype=dt, head_dim_qk=d, head_dim_v=d, **shape)
-    masks = {"none": Mask.none(), "causal": Mask.causal(), "window": Mask.window(3, 2),
-             "blocksparse": random_block_sparse(4, 0.5), "prefixlm": prefix_lm(2)}
-    kinds = tuple(k for k, m in masks.items() if _probe(backend, device, mask=m, **common))
     plain = {k: v for k, v in common.items() if k not in ("seqlens_q", "seqlens_k")}
-    q_longer = _probe(backend, device, seqlens_q=(8,), seqlens_k=(5,), mask=Mask.causal(), **plain)
-    empty_rows = getattr(backend, "empty_rows", "any")
+    by_relation = _relation_kinds(backend, device, plain, decode_only=bool(shape))
+    if not by_relation:
+        why = _refusal(backend, device, **common)
+        return f"{backend.name} takes no small case of any mask and length relation: {why}"
+    kinds = tuple(k for k in MASKS if any(k in ks for ks in by_relation.values()))
     two = {"seqlens_q": (1, 1), "seqlens_k": (3, 8)} if shape else {"seqlens_q": (3, 8), "seqlens_k": (3, 8)}
     return Space(
         dtypes=ok_dtypes,
         head_dims=ok_dims,
-        mask_kinds=kinds or ("none",),
+        mask_kinds=kinds,
         ragged=_probe(backend, device, **{**plain, **two}),
         gqa=_probe(backend, device, heads_q=4, heads_kv=2, **common),
-        cross=bool(shape) or _probe(backend, device, seqlens_q=(4,), seqlens_k=(9,), mask=Mask.causal(), **plain),
+        cross=any(r != "self" for r in by_relation),
         queries=1 if shape else None,
-        q_longer=q_longer and empty_rows != "any",
+        q_longer="cross" in by_relation,
         max_len=300 if device.is_cuda else 129,
         long=device.is_cuda,
+        by_relation=tuple(by_relation.items()),
     )
+
+
+def _relation_kinds(backend: Backend, device: DeviceInfo, plain: dict[str, Any],
+                    decode_only: bool) -> dict[str, tuple[str, ...]]:
+    """Per relation, the mask kinds ``backend`` takes with it -- each pair asked separately, so a
+    kernel that takes decode lengths only without a mask keeps decode. More queries than keys leaves
+    rows without keys under most masks; a back end that gives such rows no defined value
+    (``empty_rows="any"``) is fuzzed there without a mask only."""
+    relations = ("decode",) if decode_only else tuple(RELATION_PROBES)
+    empty_rows = getattr(backend, "empty_rows", "any")
+    found = {}
+    for relation in relations:
+        sq, sk = RELATION_PROBES[relation]
+        kinds = tuple(k for k, m in MASKS.items()
+                      if _probe(backend, device, seqlens_q=sq, seqlens_k=sk, mask=m, **plain)
+                      and (relation != "cross" or empty_rows != "any" or k == "none"))
+        if kinds:
+            found[relation] = kinds
+    return found

@@ -76,8 +76,9 @@ def varlen_lengths(
         if relation == "prefix":
             q = draw(one)
             return q, min(max_len, q + draw(st.integers(1, max_len)))
-        if relation == "decode":
-            return draw(st.integers(1, min(4, max_len))), draw(one)
+        if relation == "decode":  # a cache longer than the queries (else it is self-attention)
+            q = draw(st.integers(1, min(4, max_len)))
+            return q, min(max_len, max(q + 1, draw(one)))
         return draw(one), draw(one)
 
     pairs = [pair() for _ in range(count if ragged else 1)]
@@ -121,7 +122,12 @@ def softmax_scales() -> st.SearchStrategy[float | None]:
 
 @dataclass(frozen=True)
 class Space:
-    """What a back end can be fuzzed with (found by probing its ``supports()``)."""
+    """What a back end can be fuzzed with (found by probing its ``supports()``).
+
+    ``by_relation`` names, per relation of key to query lengths (:data:`RELATIONS`), the mask kinds the
+    back end takes with it: a kernel may take decode lengths without a mask and refuse them with a
+    causal one, and must not lose decode for that. Left empty, it follows from ``mask_kinds``,
+    ``cross`` and ``q_longer`` (every kind for every relation those allow)."""
 
     dtypes: tuple[str, ...]
     head_dims: tuple[int, ...]
@@ -135,35 +141,54 @@ class Space:
     long: bool = False
     head_dim_v_differs: bool = False
     queries: int | None = None  # a decode-only back end: this many queries per sequence
+    by_relation: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def __post_init__(self) -> None:
         _check_subset("dtypes", self.dtypes, DTYPES)
         _check_subset("mask_kinds", self.mask_kinds, MASK_KINDS)
         if not self.head_dims or any(d < 1 for d in self.head_dims):
             raise InvalidArgument(f"head_dims={self.head_dims!r} must be one or more positive ints")
+        for relation, kinds in self.by_relation:
+            _check_subset("by_relation", (relation,), RELATIONS)
+            _check_subset(f"by_relation[{relation!r}]", kinds, MASK_KINDS)
+
+    def relation_kinds(self) -> dict[str, tuple[str, ...]]:
+        """The relations this space draws, each with the mask kinds drawn with it (in RELATIONS order)."""
+        if self.by_relation:
+            given = dict(self.by_relation)
+            return {r: given[r] for r in RELATIONS if r in given}
+        if self.queries is not None:
+            return {"decode": self.mask_kinds}
+        relations = [r for r in RELATIONS if self.cross or r == "self"]
+        if not self.q_longer:
+            relations = [r for r in relations if r != "cross"]
+        return {r: self.mask_kinds for r in relations}
 
 
 @st.composite
-def attn_cases(draw: st.DrawFn, *, backend: str, space: Space, direction: str = "fwd") -> AttnCase:
-    """A whole case for ``backend`` within ``space``."""
+def attn_cases(
+    draw: st.DrawFn, *, backend: str, space: Space, direction: str = "fwd", relations: Sequence[str] | None = None
+) -> AttnCase:
+    """A whole case for ``backend`` within ``space``; with ``relations``, only those of the space's
+    relations (the fuzzer draws one first, to count what it ran)."""
     if direction not in DIRECTIONS:
         raise InvalidArgument(f"direction={direction!r} is not one of {', '.join(DIRECTIONS)}")
-    relations = [r for r in RELATIONS if space.cross or r == "self"]
-    if space.cross and not space.q_longer:
-        relations = [r for r in relations if r != "cross"]
-    if space.queries is not None:
-        relations = ["decode"]
+    kinds_by = space.relation_kinds()
+    if relations is not None:
+        _check_subset("relations", relations, list(kinds_by))
+        kinds_by = {r: kinds_by[r] for r in relations}
+    relation = draw(st.sampled_from(list(kinds_by)))
     sq, sk = draw(varlen_lengths(max_seqs=space.max_seqs, max_len=space.max_len, long=space.long,
-                                 ragged=space.ragged, relations=relations))
+                                 ragged=space.ragged, relations=(relation,)))
     if space.queries is not None:
         sq = (space.queries,) * len(sq)
-    elif not space.q_longer:
+    if relation != "cross":  # only cross-attention has more queries than keys
         sk = tuple(max(q, k) for q, k in zip(sq, sk, strict=True))
     hq, hkv = draw(head_layouts(gqa=space.gqa))
     d = draw(st.sampled_from(space.head_dims))
     dv = draw(st.sampled_from(space.head_dims)) if space.head_dim_v_differs else d
     return AttnCase(
         backend=backend, shape="fuzz", seqlens_q=sq, seqlens_k=sk, heads_q=hq, heads_kv=hkv, head_dim_qk=d,
-        head_dim_v=dv, dtype=draw(st.sampled_from(space.dtypes)), mask=draw(masks(kinds=space.mask_kinds)),
+        head_dim_v=dv, dtype=draw(st.sampled_from(space.dtypes)), mask=draw(masks(kinds=kinds_by[relation])),
         direction=direction, softmax_scale=draw(softmax_scales()),
     )

@@ -33,7 +33,15 @@ from ..verdicts.table import render, time_lines
 from . import hookspecs
 from .options import AttnOptions, add_options, given
 from .progress import Progress
-from .session import ATTN_SESSION, CLOCK_LOCKER, AttnSession, GateOptions, attn_session, prepare_attention_run
+from .session import (
+    ATTN_SESSION,
+    CLOCK_LOCKER,
+    CPU_THREADS,
+    AttnSession,
+    GateOptions,
+    attn_session,
+    prepare_attention_run,
+)
 
 
 # ---- options and configure -----------------------------------------------------------------------
@@ -302,7 +310,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     terminalreporter.write_sep("=", "pytest-attn summary")
     device = session.device_if_probed
     lines = render(session.records, device, session.skips, session.options.speedup_vs)
-    lines.insert(0, f"profile: {session.profile}; back ends: {', '.join(session.backends)}")
+    threads = config.stash.get(CPU_THREADS, "torch's default")
+    lines.insert(0, f"profile: {session.profile}; back ends: {', '.join(session.backends)}; torch CPU threads:"
+                    f" {threads}")
     lines[1:1] = session.ceilings.lines() + session.compiled.lines() + time_lines(session.records)
     lines.extend(f"note: {n}" for n in session.notes)
     for line in lines:
@@ -317,5 +327,6 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
     if session is None or not session.active:
         return
     machine_info["attn_device"] = session.device.as_machine_info()
+    machine_info["attn_cpu_threads"] = config.stash.get(CPU_THREADS, "torch's default")
     if session.device.is_cuda:
         machine_info["attn_fingerprint"] = fingerprint_of(session.device, session.clock_lock).as_dict()

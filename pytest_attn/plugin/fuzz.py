@@ -103,12 +103,33 @@ def attn_fuzzer(request: pytest.FixtureRequest, attn_device: DeviceInfo) -> Fuzz
     return FuzzCheck(fuzzer)
 
 
+def _unreached(config: pytest.Config) -> list[str]:
+    fuzzer = config.stash.get(FUZZER, None)
+    if fuzzer is None:
+        return []
+    return [f"{name} {direction}: no {', '.join(reach.missing())} example ran, though the back end takes"
+            f" {'it' if len(reach.missing()) == 1 else 'them'} ({reach.describe()})"
+            for (name, direction), reach in sorted(fuzzer.reach.items()) if reach.missing()]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A relation of lengths (self, prefix, decode, cross) a back end takes but no example reached fails
+    the run: that back end lost a whole class of shapes without a word otherwise."""
+    if _unreached(session.config) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     fuzzer = config.stash.get(FUZZER, None)
-    if fuzzer is None or not fuzzer.examples:
+    if fuzzer is None or not any(r.total or r.refused for r in fuzzer.reach.values()):
         return
     terminalreporter.write_sep("=", "pytest-attn fuzz")
-    terminalreporter.write_line(f"hypothesis profile: {config.stash.get(FUZZ_PROFILE, '?')}; examples that ran"
-                                " (not rejected) per back end and direction:")
-    for (name, direction), n in sorted(fuzzer.examples.items()):
-        terminalreporter.write_line(f"  {name} {direction}: {n}")
+    terminalreporter.write_line(f"hypothesis profile: {config.stash.get(FUZZ_PROFILE, '?')}; examples that ran per"
+                                " back end and direction, by relation of key to query lengths (self: equal,"
+                                " prefix: cached keys before the queries, decode: 1-4 queries, cross: unrelated):")
+    for (name, direction), reach in sorted(fuzzer.reach.items()):
+        terminalreporter.write_line(f"  {name} {direction}: {reach.describe()}")
+    for line in _unreached(config):
+        terminalreporter.write_line(f"FAILED reach: {line}; the back end refuses these drawn cases or the"
+                                    " strategy never draws them", red=True)

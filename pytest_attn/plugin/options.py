@@ -118,6 +118,12 @@ def _head_dims(text: str) -> tuple[int, ...]:
     return dims
 
 
+def _threads(text: str) -> str | int:
+    if text == "auto":
+        return "auto"
+    return positive_int("--attn-cpu-threads")(text)
+
+
 def _adhoc(text: str) -> Variant:
     try:
         return parse_case(text)
@@ -146,6 +152,7 @@ inject_slowdown = _converter("--attn-inject-slowdown", lambda t: parse_percent(t
 fuzz_head_dims = _converter("--attn-fuzz-head-dims", _head_dims)
 threshold = _converter("--attn-threshold", lambda t: parse_percent(t, "--attn-threshold", upper=10.0))
 threshold_for = _converter("--attn-threshold-for", _override)
+cpu_threads = _converter("--attn-cpu-threads", _threads)
 
 
 def _add(group: Any, flag: str, default: Any, **kwargs: Any) -> None:
@@ -181,6 +188,12 @@ def add_options(parser: pytest.Parser) -> None:
               " (repeatable); without --attn-profile only these run, with it they run beside the catalog")
     _add(g, "--attn-speedup-vs", "sdpa-math", metavar="BACKEND",
          help="the back end every result's speedup is measured against on the same problem (default: sdpa-math)")
+    _add_measure_options(g)
+    _add_fuzz_options(g)
+    _add_gate_options(g)
+
+
+def _add_measure_options(g: Any) -> None:
     _add(g, "--attn-trace-dir", None, type=Path, metavar="DIR",
          help="write one PyTorch-profiler Chrome trace per case (3 calls, after sampling) into DIR")
     _add(g, "--attn-lock-clocks", LockRequest("off"), type=lock_clocks, metavar="off|base|max|MHZ[:require]",
@@ -202,8 +215,9 @@ def add_options(parser: pytest.Parser) -> None:
     _add(g, "--attn-compile-only", False, action="store_true",
          help="build the kernel modules the selected cases need (FlashInfer's JIT), then stop: nothing is"
               " measured. Warms a CI runner's cache (FLASHINFER_WORKSPACE_BASE)")
-    _add_fuzz_options(g)
-    _add_gate_options(g)
+    _add(g, "--attn-cpu-threads", "auto", type=cpu_threads, metavar="N|auto",
+         help="torch's CPU threads: auto (default) = half the CPUs this process may use on a machine without a"
+              " GPU (a busy core stalls every thread of a full-width pool), torch's own choice on a GPU machine")
 
 
 def _add_fuzz_options(g: Any) -> None:

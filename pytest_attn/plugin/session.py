@@ -29,6 +29,7 @@ from ..engine.probe import cpu_gflops, probe_device
 from ..engine.runner import RunSettings
 from ..engine.slowed import SlowedBackend
 from ..engine.stopping import StopRule, WarmupRule
+from ..engine.threads import auto_threads, set_torch_threads, usable_cpus
 from ..verdicts.fingerprint import gpu_key
 from ..verdicts.gate import Thresholds
 from .options import AttnOptions
@@ -200,6 +201,7 @@ CLOCK_LOCKER = pytest.StashKey[Any]()
 FUZZER = pytest.StashKey[Any]()  # the session's pytest_attn.fuzz.fuzzer.Fuzzer, once a fuzz test ran
 FUZZ_PROFILE = pytest.StashKey[str]()  # the Hypothesis profile the fuzz tests run under
 GATE_LINES = pytest.StashKey["list[str]"]()
+CPU_THREADS = pytest.StashKey[str]()  # what torch's CPU thread count was set to, and why (for the summary)
 
 
 def attn_session(config: pytest.Config) -> AttnSession:
@@ -236,5 +238,17 @@ def prepare_attention_run(config: pytest.Config) -> None:
         return
     config.stash[ATTENTION_RUN] = True
     found = config.stash[VISIBLE_GPUS] = visible_devices()
+    config.stash[CPU_THREADS] = _cpu_threads(config.getoption("attn_cpu_threads", "auto"), has_gpu=bool(found))
     if found and config.getoption("benchmark_storage", DEFAULT_STORAGE) == DEFAULT_STORAGE:
         config.option.benchmark_storage = f"{DEFAULT_STORAGE}/{gpu_key(found[0].name)}"
+
+
+def _cpu_threads(option: str | int, has_gpu: bool) -> str:
+    """Set torch's CPU threads as ``--attn-cpu-threads`` says (see :mod:`pytest_attn.engine.threads`);
+    says what it did."""
+    if option == "auto":
+        if has_gpu:
+            return "torch's default (a GPU run)"
+        cpus = usable_cpus()
+        return f"{set_torch_threads(auto_threads(cpus))} (auto: half of the {cpus} CPUs this process may use)"
+    return f"{set_torch_threads(int(option))} (--attn-cpu-threads)"
