@@ -98,7 +98,7 @@ def test_sigterm_restores_then_hands_over(monkeypatch):
     locker = ClockLocker([dev], LockRequest("max"), warn=pytest.fail)
     locker.acquire()
     handed: list[int] = []
-    locker._previous_sigterm = lambda signum, frame: handed.append(signum)
+    locker._previous[signal.SIGTERM] = lambda signum, frame: handed.append(signum)
     installed[signal.SIGTERM](signal.SIGTERM, None)
     assert dev.calls == ["lock 1980", "reset"] and handed == [signal.SIGTERM]
 

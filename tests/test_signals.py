@@ -71,13 +71,54 @@ def test_attn(attn_bench, case):
 '''
 
 
-def _start(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
-    (tmp_path / "conftest.py").write_text(CONFTEST)
+FAKE_NVML = '''
+
+from pytest_attn.engine import clocks
+
+
+class FileControl:
+    """A fake NVML device that writes each call to calls.txt (the parent test reads it)."""
+
+    name = "fake GPU"
+
+    def _log(self, text):
+        with open("calls.txt", "a") as fh:
+            fh.write(text + "\\n")
+
+    def set_locked_clocks(self, min_mhz, max_mhz):
+        self._log(f"lock {min_mhz}")
+
+    def reset_locked_clocks(self):
+        self._log("reset")
+
+    def base_clock_mhz(self):
+        return 1755
+
+    def max_sm_clock_mhz(self):
+        return 1980
+
+    def sm_clock_mhz(self):
+        return 1980
+
+
+clocks.CONTROL_FACTORY = lambda: [FileControl()]
+'''
+
+
+def _no_core_dump() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _start(tmp_path: Path, *args: str, conftest: str = CONFTEST) -> subprocess.Popen[str]:
+    (tmp_path / "conftest.py").write_text(conftest)
     (tmp_path / "test_suite.py").write_text(SUITE)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--attn-backends=slow",
                              "--attn-profile=cpu", "--attn-max-time=30", "--attn-precision=0.0001", *args],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=_no_core_dump)
 
 
 def _wait_for(path: Path, proc: subprocess.Popen[str], timeout_s: float = 60) -> None:
@@ -99,3 +140,51 @@ def test_ctrl_c_stops_a_case_mid_sampling_within_two_seconds(tmp_path):
     assert took < 3.0, f"took {took:.1f} s to stop:\n{out}"  # a second or two, with room for a busy machine
     assert proc.returncode == pytest.ExitCode.INTERRUPTED
     assert "KeyboardInterrupt" in out
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT],
+                         ids=lambda s: signal.Signals(s).name)
+def test_locked_clocks_are_restored_whatever_signal_ends_the_run(tmp_path, signum):
+    proc = _start(tmp_path, "--attn-lock-clocks=max:require", conftest=CONFTEST + FAKE_NVML)
+    _wait_for(tmp_path / "started", proc)
+    assert (tmp_path / "calls.txt").read_text() == "lock 1980\n"  # locked while measuring
+    proc.send_signal(signum)
+    out, _ = proc.communicate(timeout=30)
+    assert (tmp_path / "calls.txt").read_text() == "lock 1980\nreset\n", out
+    if signum == signal.SIGINT:
+        assert proc.returncode == pytest.ExitCode.INTERRUPTED
+    else:  # the signal's own end, after the restore: a parent (a CI runner, ssh) sees what it sent
+        assert proc.returncode == -signum, out
+
+
+def test_a_lock_left_at_interpreter_exit_is_restored_by_atexit(tmp_path):
+    script = FAKE_NVML + '''
+from pytest_attn.engine.clocks import ClockLocker, LockRequest
+
+locker = ClockLocker(clocks.CONTROL_FACTORY(), LockRequest("max", "require"), warn=print)
+print(locker.acquire())
+# no release(): the interpreter exits with the clocks locked
+'''
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "locked at 1980 MHz", done.stderr
+    assert (tmp_path / "calls.txt").read_text() == "lock 1980\nreset\n"
+
+
+def test_sighup_ignored_before_the_run_stays_ignored(tmp_path):
+    """Under nohup SIGHUP is ignored: guarding the clocks must not turn it into the end of the run."""
+    script = FAKE_NVML + '''
+import os
+import signal
+
+from pytest_attn.engine.clocks import ClockLocker, LockRequest
+
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+locker = ClockLocker(clocks.CONTROL_FACTORY(), LockRequest("max", "require"), warn=print)
+locker.acquire()
+os.kill(os.getpid(), signal.SIGHUP)
+print("still running")
+locker.release()
+'''
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "still running" in done.stdout, done.stderr
+    assert (tmp_path / "calls.txt").read_text() == "lock 1980\nreset\n"

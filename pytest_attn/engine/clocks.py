@@ -5,8 +5,8 @@ number of MHz, with ``:require`` (stop at start-up when it cannot be done) or ``
 warn once and record "not locked"). Locking goes through NVML's ``nvmlDeviceSetGpuLockedClocks``
 on every device the session uses, is read back, and is undone (``nvmlDeviceResetGpuLockedClocks``)
 at the end of the session whatever ends it: normal exit, failures, Ctrl-C (pytest still
-unconfigures), SIGTERM (a handler restores, then hands over to the previous one) and, last,
-``atexit``. It needs root; nothing here changes power limits, persistence or compute mode.
+unconfigures), SIGTERM, SIGHUP (a closed ssh session) and SIGQUIT (a handler restores, then hands over
+to the previous one) and, last, ``atexit``. It needs root; nothing here changes power limits, persistence or compute mode.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from .nvml import PynvmlDevice, visible_devices
 
 TARGETS = ("off", "base", "max")
 MODES = ("try", "require")
+#: Signals that end a run without pytest unconfiguring (SIGINT is pytest's KeyboardInterrupt: it does).
+GUARDED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGQUIT") if hasattr(signal, name))
 READBACK_TOLERANCE_MHZ = 30  # NVML clocks move in ~15 MHz bins
 HOW_TO_GRANT = (
     "locking GPU clocks needs root: run pytest as root (e.g. sudo -E env PATH=$PATH pytest ...), or have an"
@@ -83,7 +85,7 @@ class ClockLocker:
         self.controls, self.request, self.warn = controls, request, warn
         self.locked: list[ClockControl] = []
         self.state = "not locked"
-        self._previous_sigterm: Any = None
+        self._previous: dict[int, Any] = {}  # signal -> the handler it had before ours
 
     def _target(self, control: ClockControl) -> int | None:
         if isinstance(self.request.target, int):
@@ -97,6 +99,7 @@ class ClockLocker:
             return self.state
         states = []
         controls = self.controls or [_NoDevice()]
+        self._guard()  # before the first lock: a signal from here on restores what was locked
         for control in controls:
             target = self._target(control)
             try:
@@ -119,11 +122,11 @@ class ClockLocker:
                 self.state = f"not locked ({exc})"
                 return self.state
         self.state = "; ".join(dict.fromkeys(states))
-        self._guard()
         return self.state
 
     def release(self) -> None:
         """Undo every lock this session set (idempotent; errors are warned, not raised)."""
+        self._unguard()
         while self.locked:
             control = self.locked.pop()
             try:
@@ -134,19 +137,33 @@ class ClockLocker:
 
     def _guard(self) -> None:
         atexit.register(self.release)
-        try:
-            self._previous_sigterm = signal.signal(signal.SIGTERM, self.on_sigterm)
-        except ValueError:  # not the main thread: atexit and pytest_unconfigure still restore
-            self._previous_sigterm = None
+        for signum in GUARDED_SIGNALS:
+            if signal.getsignal(signum) == signal.SIG_IGN:  # e.g. SIGHUP under nohup: the run goes on
+                continue
+            try:
+                self._previous[signum] = signal.signal(signum, self.on_signal)
+            except ValueError:  # not the main thread: atexit and pytest_unconfigure still restore
+                return
 
-    def on_sigterm(self, signum: int, frame: Any) -> None:
+    def _unguard(self) -> None:
+        """Give each guarded signal back the handler it had (nothing is locked any more)."""
+        while self._previous:
+            signum, previous = self._previous.popitem()
+            try:
+                signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+            except (ValueError, TypeError):
+                pass
+
+    def on_signal(self, signum: int, frame: Any) -> None:
+        """Restore the clocks, then do what the signal did before: the previous handler, or the default
+        action (the process ends by that signal)."""
+        previous = self._previous.get(signum)
         self.release()
-        previous = self._previous_sigterm
         if callable(previous):
             previous(signum, frame)
         else:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            signal.raise_signal(signal.SIGTERM)
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
 
 
 class _NoDevice:
