@@ -6,12 +6,14 @@ warn once and record "not locked"). Locking goes through NVML's ``nvmlDeviceSetG
 on every device the session uses, is read back, and is undone (``nvmlDeviceResetGpuLockedClocks``)
 at the end of the session whatever ends it: normal exit, failures, Ctrl-C (pytest still
 unconfigures), SIGTERM, SIGHUP (a closed ssh session) and SIGQUIT (a handler restores, then hands over
-to the previous one) and, last, ``atexit``. It needs root; nothing here changes power limits, persistence or compute mode.
+to the previous one) and, last, ``atexit``. It needs root; nothing here changes power limits,
+persistence or compute mode.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -149,10 +151,8 @@ class ClockLocker:
         """Give each guarded signal back the handler it had (nothing is locked any more)."""
         while self._previous:
             signum, previous = self._previous.popitem()
-            try:
+            with contextlib.suppress(ValueError, TypeError):  # not the main thread; a handler from C
                 signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
-            except (ValueError, TypeError):
-                pass
 
     def on_signal(self, signum: int, frame: Any) -> None:
         """Restore the clocks, then do what the signal did before: the previous handler, or the default
