@@ -1,77 +1,160 @@
-"""A back end made slower on purpose, to show that the regression gate catches a slowdown.
+"""A back end made slower on purpose, by real work, to show that the regression gate catches a slowdown.
 
-``--attn-inject-slowdown=6%`` wraps every back end: after each forward call it adds a busy wait of
-that fraction of the timed step's own time (forward, or forward and backward) -- on a GPU a spinning
-kernel (``torch.cuda._sleep``) on the same stream, so it lands inside the CUDA graph and the
-kernel-sum timer like a slower kernel would; on a CPU a spin loop. Names are unchanged, so the gate
-compares the slowed run with the stored baseline.
+``--attn-inject-slowdown=5%`` wraps every back end: after each call it runs a calibrated amount of
+extra matrix-product work -- on a GPU, bf16 matmuls on the same stream (so they land in the CUDA graph
+and in the kernel-sum timer like a slower kernel would, and draw tensor-core power as attention does);
+on a CPU, fp32 matmuls. An earlier version spun a cheap kernel (``torch.cuda._sleep``) instead: it drew
+little power, so on a power-capped H200 the attention kernel after it ran at a higher clock, and 6 %
+asked gave only +1 to +5 %.
 
-A spinning kernel draws little power: on a GPU held at its power cap, the attention kernel after it
-runs at a higher clock, so compute-bound cases slow down by less than asked (on an H200, 6 % asked
-gave +2.7 to +4.7 % on the HunyuanVideo forward).
+Calibration (:func:`plan_work`): the timed step's own time ``T`` is measured, so the extra work should
+take ``f x T``. Matmul sizes are timed from the smallest up; the largest whose single product takes at
+most a quarter of that is repeated ``round(f x T / unit)`` times (so rounding costs at most an eighth of
+the extra time). Where even the smallest product is longer than the whole target, one is run and the
+injected share is what it is -- the description says how much was asked and how much was planned.
+Names are unchanged, so the gate compares the slowed run with the stored baseline.
 """
 
 from __future__ import annotations
 
-import time
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from ..backends.base import ForwardFn
 from ..core.case import AttnCase
 from ..core.layouts import Inputs
+from . import timers
 from .inputs import make_step
 from .profiler import events_seconds
 
-
-def _cuda_cycles_per_second() -> float:
-    import torch
-
-    cycles = 10_000_000
-    return cycles / events_seconds(lambda: torch.cuda._sleep(cycles), 1)
+SIZES = (4096, 2048, 1024, 512, 256, 128, 64, 32)
+MIN_REPEATS = 4
 
 
-def _time_once(fn: ForwardFn, cuda: bool) -> float:
-    if cuda:
-        return events_seconds(fn, 5) / 5
-    fn()  # warm
-    t0 = time.perf_counter()
-    for _ in range(5):
-        fn()
-    return (time.perf_counter() - t0) / 5
+@dataclass(frozen=True)
+class WorkPlan:
+    size: int  # matmul side
+    repeats: int
+    planned_s: float  # repeats x the measured time of one product
+    target_s: float
+
+    def describe(self, step_s: float) -> str:
+        share = self.planned_s / step_s if step_s > 0 else 0.0
+        return (f"{self.repeats} x a {self.size}^2 matmul after each call: {self.planned_s * 1e6:.1f} us planned for"
+                f" {self.target_s * 1e6:.1f} us asked ({share:+.1%} of the {step_s * 1e6:.1f} us step)")
+
+
+def plan_work(target_s: float, unit_s: Mapping[int, float], min_repeats: int = MIN_REPEATS) -> WorkPlan:
+    """The matmul size and repeat count closest to ``target_s`` of extra work, from the measured time of
+    one product of each size (``unit_s``). Pure."""
+    if target_s <= 0 or not unit_s:
+        raise ValueError(f"nothing to plan: target {target_s!r} s, {len(unit_s)} measured sizes")
+    sizes = sorted(unit_s, reverse=True)
+    size = next((n for n in sizes if unit_s[n] * min_repeats <= target_s), sizes[-1])
+    repeats = max(1, round(target_s / unit_s[size]))
+    return WorkPlan(size, repeats, repeats * unit_s[size], target_s)
+
+
+class ExtraWork(Protocol):
+    """Matmul work on one device: the time of one product of a size, and running a plan."""
+
+    def unit_seconds(self, size: int) -> float: ...
+
+    def runner(self, plan: WorkPlan) -> Callable[[], None]: ...
+
+    def step_seconds(self, step: Callable[[], Any]) -> float: ...
+
+
+class MatmulWork:
+    """Real matrix products: bf16 on a GPU (timed with events), fp32 on a CPU (timed with the CPU clock)."""
+
+    def __init__(self, device: Any) -> None:
+        import torch
+
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.dtype = torch.bfloat16 if self.cuda else torch.float32
+
+    def _operands(self, size: int) -> tuple[Any, Any, Any]:
+        import torch
+
+        a = torch.randn(size, size, device=self.device).to(self.dtype)
+        return a, a.t().contiguous(), torch.empty(size, size, device=self.device, dtype=self.dtype)
+
+    def runner(self, plan: WorkPlan) -> Callable[[], None]:
+        import torch
+
+        a, b, c = self._operands(plan.size)
+
+        def run() -> None:
+            for _ in range(plan.repeats):
+                torch.mm(a, b, out=c)
+
+        return run
+
+    def unit_seconds(self, size: int) -> float:
+        return self.step_seconds(self.runner(WorkPlan(size, 1, 0.0, 0.0)))
+
+    def step_seconds(self, step: Callable[[], Any]) -> float:
+        """One call's time: the median of five after a warm one."""
+        if self.cuda:
+            return min(events_seconds(step, 5) / 5 for _ in range(3))
+        step()
+        times = []
+        for _ in range(5):
+            t0 = timers.CPU_CLOCK()
+            step()
+            times.append(timers.CPU_CLOCK() - t0)
+        return sorted(times)[2]
+
+
+#: How the extra work is made for a device (tests replace it with fakes on a fake clock).
+WORK_FACTORY: Callable[[Any], ExtraWork] = MatmulWork
+
+
+def calibrate(work: ExtraWork, step_s: float, fraction: float) -> WorkPlan:
+    """Time products from the smallest size up until one no longer fits the target (so calibrating
+    costs about the target, not a 4096^2 product on a CPU), and plan."""
+    target = fraction * step_s
+    units: dict[int, float] = {}
+    for size in sorted(SIZES):
+        units[size] = work.unit_seconds(size)
+        if units[size] * MIN_REPEATS > target:
+            break
+    return plan_work(target, units)
 
 
 class SlowedBackend:
-    """``inner`` with a busy wait of ``fraction`` x its call time after every call."""
+    """``inner`` with a calibrated amount of extra matmul work after every call."""
 
     def __init__(self, inner: Any, fraction: float) -> None:
         self._inner = inner
         self.fraction = fraction
         self.description = f"{inner.description}, slowed by {fraction:.1%} on purpose (--attn-inject-slowdown)"
+        self.last_plan = ""
+        self._plans: dict[str, WorkPlan] = {}  # by case id: every rotated input set gets the first's plan
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
     def prepare(self, case: AttnCase, inputs: Inputs) -> ForwardFn:
         forward = self._inner.prepare(case, inputs)
-        cuda = inputs.q.is_cuda
-        delay_s = self.fraction * _time_once(make_step(case, forward, inputs), cuda)  # the whole timed step
-        if cuda:
-            import torch
+        work = WORK_FACTORY(inputs.q.device)
+        if case.id not in self._plans:
+            step_s = work.step_seconds(make_step(case, forward, inputs))  # the whole timed step
+            self._plans[case.id] = calibrate(work, step_s, self.fraction)
+            self.last_plan = self._plans[case.id].describe(step_s)
+        extra = work.runner(self._plans[case.id])
 
-            cycles = max(1, int(delay_s * _cuda_cycles_per_second()))
-
-            def slowed() -> Any:
-                out = forward()
-                torch.cuda._sleep(cycles)
-                return out
-
-            return slowed
-
-        def spun() -> Any:
+        def slowed() -> Any:
             out = forward()
-            end = time.perf_counter() + delay_s
-            while time.perf_counter() < end:
-                pass
+            extra()
             return out
 
-        return spun
+        return slowed
+
+    def expression(self, case: AttnCase) -> str:
+        inner = getattr(self._inner, "expression", None)
+        base = inner(case) if callable(inner) else ""
+        return "; ".join(filter(None, [base, f"slowed on purpose: {self.last_plan}" if self.last_plan else ""]))
