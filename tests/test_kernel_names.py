@@ -36,3 +36,16 @@ def test_check_kernels_matches_whole_names_only():
     assert problem == ("expected a kernel matching 'flash_fwd_splitkv_kernel' (kernels that ran: "
                        "flash::flash_fwd_kernel)")
     assert "matches the forbidden 'flash_fwd_.*'" in check_kernels(names, must_not=["flash_fwd_.*"])
+
+
+def test_a_replay_must_launch_the_eager_kernels_times_the_calls():
+    from pytest_attn.core.kernel_names import launch_mismatch
+
+    eager = [FA_SPLIT, FA_COMBINE, "Memset (Device)"]
+    assert launch_mismatch(eager, [FA_SPLIT, FA_COMBINE] * 8, calls=8) is None
+    missing = launch_mismatch(eager, [FA_COMBINE] * 8, calls=8)  # the main kernel left out of the capture
+    assert missing == ("the CUDA graph does not replay what the eager call runs: per call, eager"
+                       " flash::flash_fwd_splitkv_kernel x1, flash::flash_fwd_splitkv_combine_kernel x1; replayed"
+                       " flash::flash_fwd_splitkv_combine_kernel x1")
+    assert "replayed no kernels" in launch_mismatch(eager, [], calls=8)
+    assert "x7/8" in launch_mismatch(eager, [FA_SPLIT] * 7 + [FA_COMBINE] * 8, calls=8)

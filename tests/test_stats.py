@@ -30,3 +30,14 @@ def test_precision_needs_five_samples():
 def test_outliers_do_not_blow_up_precision():
     xs = [1.0] * 30 + [50.0]  # one huge outlier: the median's CI is unaffected
     assert relative_precision(xs) == 0.0
+
+
+def test_drift_is_the_fitted_change_over_the_run():
+    from pytest_attn.core.stats import relative_drift, relative_spread
+
+    assert relative_drift([1980, 1980, 1980, 1980, 1980]) == 0.0
+    falling = [1980 - 20 * i for i in range(10)]  # 1980 -> 1800 MHz
+    assert relative_drift(falling) == pytest.approx(-180 / 1890)
+    assert relative_drift([1.0, None, 1.0, 1.0]) is None  # too few known points
+    assert relative_spread([1.0]) is None and relative_spread([1.0, 1.0]) == 0.0
+    assert relative_spread([0.9, 1.1]) == pytest.approx(0.1414, abs=1e-4)

@@ -65,3 +65,13 @@ def test_share_of_the_measured_ceiling_by_bound_and_the_timing_self_check_line()
     text = "\n".join(render(checked, H200))
     assert ("timing self-check: 2 cases, reported median / profiler kernel time 1.011 to 1.250; 1 beyond 5%"
             " (see the notes)") in text
+
+
+def test_a_clock_that_fell_while_sampling_is_flagged():
+    from pytest_attn.verdicts.table import result_notes
+
+    falling = record("flash-attn", 1e-3, clocks=tuple(1980 - 20 * i for i in range(10)))
+    [note] = [n for n in result_notes(falling) if "fell" in n]
+    assert "the SM clock fell 9.5% while it was sampled (1980 -> 1800 MHz at the extremes" in note
+    steady = record("flash-attn", 1e-3, clocks=(1980, 1965, 1980, 1980, 1965, 1980))
+    assert not [n for n in result_notes(steady) if "fell" in n]

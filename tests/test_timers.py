@@ -68,3 +68,67 @@ def test_kernel_sum_excludes_the_flush_and_divides_by_calls(monkeypatch):
     assert timer.sample() == pytest.approx(12e-6)  # (10 + 2) us per call, flush left out
     assert timer.replay_s == [30e-6]  # the plain replay, kept for the launch-gap figure
     assert inner.n == 2  # one plain sample, one traced
+
+
+def test_rotation_wraps_over_every_input_set():
+    from pytest_attn.engine.timers import rotation_order
+
+    assert rotation_order(8, 4) == [0, 1, 2, 3, 0, 1, 2, 3]
+    with pytest.raises(ValueError, match="do not use every set equally"):
+        rotation_order(6, 4)
+
+
+def test_the_l2_condition_is_said_in_words():
+    from pytest_attn.engine.timers import l2_condition
+
+    l2 = 60 << 20
+    assert l2_condition("cuda-event", 1, 10 << 20, l2) == "cold L2: a buffer of twice the L2 zeroed before each call"
+    assert l2_condition("kernel-sum", 8, 10_000_000, l2) == ("cold L2 at each replay; 8 input sets of 10.0 MB rotated,"
+                                                            " 70 MB between two uses of one set (L2 63 MB)")
+    assert l2_condition("cuda-graph", 1, 10_000_000, l2).endswith(": warm between calls")
+    assert not l2_condition("cuda-graph", 1, 500_000_000, l2).endswith("warm between calls")
+    assert l2_condition("cpu", 1, 1, None) == "host caches as they are (CPU)"
+
+
+class FakeGraph:
+    """A captured graph as check_capture sees it: replays re-run the captured work on CPU tensors."""
+
+    calls_per_sample = 4
+
+    def __init__(self, torch, drop_kernel=False):
+        self.torch, self.drop = torch, drop_kernel
+        self.first_output = torch.zeros(4)
+
+    def replay(self):
+        if not self.drop:
+            self.first_output.copy_(self.torch.arange(4.0))
+
+
+def _capture_fakes(monkeypatch, torch, replay_names):
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    activity = iter([[("attn_fwd_kernel", 1e-5), ("Memset (Device)", 1e-6)], [(n, 1e-5) for n in replay_names]])
+    monkeypatch.setattr(timers, "device_activity", lambda run: (run(), next(activity))[1])
+
+
+def test_capture_check_passes_a_faithful_graph(monkeypatch):
+    torch = pytest.importorskip("torch")
+    _capture_fakes(monkeypatch, torch, ["attn_fwd_kernel"] * 4)
+    graph = FakeGraph(torch)
+    found = timers.check_capture(lambda: torch.arange(4.0), graph)
+    assert found.startswith("a replay ran the eager call's 1 kernel(s) x 4 calls; the replay rewrote the output")
+
+
+def test_capture_check_fails_a_graph_missing_a_kernel(monkeypatch):
+    torch = pytest.importorskip("torch")
+    _capture_fakes(monkeypatch, torch, ["combine_kernel"] * 4)
+    with pytest.raises(timers.CaptureError, match=r"eager attn_fwd_kernel x1; replayed combine_kernel x1"):
+        timers.check_capture(lambda: torch.arange(4.0), FakeGraph(torch))
+
+
+def test_capture_check_fails_a_graph_whose_output_goes_stale(monkeypatch):
+    """The kernels look right (the profiler saw them) but the replay does not write the output: the
+    poisoned output stays NaN."""
+    torch = pytest.importorskip("torch")
+    _capture_fakes(monkeypatch, torch, ["attn_fwd_kernel"] * 4)
+    with pytest.raises(timers.CaptureError, match="output 0 differs from the eager call's after a replay"):
+        timers.check_capture(lambda: torch.arange(4.0), FakeGraph(torch, drop_kernel=True))

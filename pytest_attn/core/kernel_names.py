@@ -68,3 +68,21 @@ def check_kernels(names: Sequence[str], must: Iterable[str] = (), must_not: Iter
 def is_kernel(name: str) -> bool:
     """Device activity that is a kernel launch, not a copy or memset."""
     return not name.startswith(("Memcpy", "Memset", "cudaMemcpy", "cudaMemset", "[memory]"))
+
+
+def launch_mismatch(eager: Sequence[str], replay: Sequence[str], calls: int) -> str | None:
+    """None when one graph replay of ``calls`` captured calls launched exactly ``calls`` times the
+    kernels one eager call launches (names and counts; memsets and copies aside); else both lists.
+    A kernel left out of the capture (seen with CuTe-DSL kernels) makes replays look fast and leaves
+    their output stale."""
+    want = {k.full: k.count * calls for k in summarize(n for n in eager if is_kernel(n))}
+    got = {k.full: k.count for k in summarize(n for n in replay if is_kernel(n))}
+    if want == got:
+        return None
+
+    def listing(counts: dict[str, int], per: int) -> str:
+        return ", ".join(f"{short_name(n)} x{c // per if c % per == 0 else f'{c}/{per}'}" for n, c in counts.items()) \
+            or "no kernels"
+
+    return (f"the CUDA graph does not replay what the eager call runs: per call, eager {listing(want, calls)};"
+            f" replayed {listing(got, calls)}")

@@ -40,3 +40,33 @@ def relative_precision(values: Sequence[float]) -> float:
     lo, hi = median_ci(values)
     m = median(values)
     return (hi - lo) / 2 / m if m > 0 else math.inf
+
+
+def relative_drift(values: Sequence[float | None]) -> float | None:
+    """How much ``values`` moved over the run: the least-squares line through them (by position), from
+    its first point to its last, over their median. None with fewer than 5 known values. A GPU whose
+    clock fell while a case was sampled shows a negative clock drift and a positive time drift."""
+    points = [(i, v) for i, v in enumerate(values) if v is not None]
+    if len(points) < 5:
+        return None
+    n = len(points)
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    sxx = sum((x - mean_x) ** 2 for x, _ in points)
+    if sxx == 0:
+        return None
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sxx
+    mid = median([y for _, y in points])
+    return slope * (points[-1][0] - points[0][0]) / mid if mid > 0 else None
+
+
+def relative_spread(values: Sequence[float]) -> float | None:
+    """Sample standard deviation over the mean (None with fewer than 2 values): the spread of a case's
+    medians over independent repeats."""
+    if len(values) < 2:
+        return None
+    mean = sum(values) / len(values)
+    if mean <= 0:
+        return None
+    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    return math.sqrt(var) / mean

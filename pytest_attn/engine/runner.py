@@ -23,7 +23,7 @@ from ..core.device import DeviceInfo
 from ..core.kernel_names import KernelCall
 from ..core.metrics import figures
 from ..core.record import Check, Clocks, Record, Timing, TimingCheck
-from ..core.stats import median, relative_precision
+from ..core.stats import median, relative_drift, relative_precision
 from ..core.throttle import assess
 from ..oracle.checks import check_finite, check_grad_rows, check_rows, only_rows_with_keys
 from .inputs import make_inputs, make_step, torch_device
@@ -32,7 +32,17 @@ from .probe import host_free_bytes
 from .profiler import nvtx_range, peak_memory_bytes, profile_kernels, profiled_kernel_time, write_trace
 from .sampling import WarmupReport, sample_until, warm_up
 from .stopping import StopRule, WarmupRule
-from .timers import BuiltTimer, CpuTimer, CudaEventTimer, L2Flush, build_timer, choose_timer, input_sets
+from .timers import (
+    BuiltTimer,
+    CaptureError,
+    CpuTimer,
+    CudaEventTimer,
+    L2Flush,
+    build_timer,
+    choose_timer,
+    input_sets,
+    l2_condition,
+)
 
 T = TypeVar("T")
 
@@ -283,7 +293,10 @@ def _measure(case: AttnCase, backend: Backend, device: DeviceInfo, settings: Run
     step, check = _setup(case, backend, device, settings)
     setup_s = time.perf_counter() - started
     with nvtx_range(f"{label} warm-up", device.is_cuda):
-        built, warmup, flush = _timer(case, backend, device, settings, free, step)
+        try:
+            built, warmup, flush = _timer(case, backend, device, settings, free, step)
+        except CaptureError as exc:
+            raise CaseFailed(f"{case.id}: not timed: {exc}") from None
     prepare_s = time.perf_counter() - started
     with nvtx_range(f"{label} samples", device.is_cuda):
         sampling = sample_until(built.timer, settings.stop, read_sm_clock=nvml.sm_clock_mhz,
@@ -306,7 +319,9 @@ def _measure(case: AttnCase, backend: Backend, device: DeviceInfo, settings: Run
         timing=Timing(tuple(samples), median(samples), relative_precision(samples), sampling.stop_reason, built.kind,
                       built.note, built.timer.calls_per_sample, built.input_sets, warmup.calls, warmup.elapsed_s,
                       warmup.settled, prepare_s=prepare_s, elapsed_s=time.perf_counter() - started,
-                      setup_s=setup_s, graph_replay_s=median(replay) if replay else None),
+                      setup_s=setup_s, graph_replay_s=median(replay) if replay else None,
+                      drift=relative_drift(samples), capture=built.capture,
+                      l2=l2_condition(built.kind, built.input_sets, flops.min_bytes(case), device.l2_bytes)),
         work=work,
         figures=figures(work, median(samples), device.peak(case.dtype, settings.peak_tflops),
                         clocks_seen.sm_clock_mhz),

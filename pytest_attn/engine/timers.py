@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..core.kernel_names import is_kernel, launch_mismatch
 from .profiler import device_activity
 
 if TYPE_CHECKING:
@@ -44,13 +45,21 @@ class Timer(Protocol):
         ...
 
 
+#: The clock CPU timings read (tests replace it with a fake that the work under test advances).
+CPU_CLOCK: Clock = time.perf_counter
+
+
+class CaptureError(Exception):
+    """A CUDA graph that does not replay what the eager call runs; the message has both kernel lists."""
+
+
 # ---- timers --------------------------------------------------------------------------------
 class CpuTimer:
     kind = "cpu"
     calls_per_sample = 1
 
-    def __init__(self, steps: Sequence[Step], clock: Clock = time.perf_counter) -> None:
-        self._steps, self._clock, self._i = list(steps), clock, 0
+    def __init__(self, steps: Sequence[Step], clock: Clock | None = None) -> None:
+        self._steps, self._clock, self._i = list(steps), clock or CPU_CLOCK, 0
 
     def sample(self) -> float:
         step = self._steps[self._i % len(self._steps)]
@@ -95,6 +104,15 @@ class CudaEventTimer:
         return self._start.elapsed_time(self._end) / 1e3
 
 
+def rotation_order(calls: int, sets: int) -> list[int]:
+    """Which input set each captured call uses: every set in turn, wrapping. Checked, because a rotation
+    that never wraps (a modulo of the wrong count) silently times warm L2 -- a known failure elsewhere."""
+    order = [i % sets for i in range(calls)]
+    if calls % sets or set(order) != set(range(sets)):
+        raise ValueError(f"{calls} calls over {sets} input sets do not use every set equally")
+    return order
+
+
 class CudaGraphTimer:
     kind = "cuda-graph"
 
@@ -113,12 +131,18 @@ class CudaGraphTimer:
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
         self._graph = torch.cuda.CUDAGraph()
+        self.first_output: Any = None  # what the first captured call (input set 0) returns, graph-owned
         with torch.cuda.graph(self._graph):
-            for i in range(calls):
-                steps[i % len(steps)]()
+            for i, index in enumerate(rotation_order(calls, len(steps))):
+                out = steps[index]()
+                if i == 0:
+                    self.first_output = out
         torch.cuda.synchronize()
         self._start = torch.cuda.Event(enable_timing=True)
         self._end = torch.cuda.Event(enable_timing=True)
+
+    def replay(self) -> None:
+        self._graph.replay()
 
     def sample(self) -> float:
         self._flush()
@@ -127,6 +151,53 @@ class CudaGraphTimer:
         self._end.record()
         self._end.synchronize()
         return self._start.elapsed_time(self._end) / 1e3 / self.calls_per_sample
+
+
+def _tensors(value: Any) -> list[Any]:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def check_capture(step: Step, graph: CudaGraphTimer) -> str:
+    """Before a graph-timed figure is trusted: one replay launches the kernels of one eager call, times
+    the calls captured, and rewrites the output (poisoned with NaN first, so a kernel left out of the
+    capture cannot pass with the stale values of the capture-time run). Raises :class:`CaptureError`."""
+    import torch
+
+    try:
+        eager = [name for name, _ in device_activity(step)]
+        replayed = [name for name, _ in device_activity(graph.replay)]
+    except Exception as exc:  # no CUPTI: the output check below still runs
+        kernels = f"kernels not compared (the profiler could not read them: {type(exc).__name__})"
+    else:
+        problem = launch_mismatch(eager, replayed, graph.calls_per_sample)
+        if problem:
+            raise CaptureError(problem)
+        count = sum(1 for n in eager if is_kernel(n))
+        kernels = f"a replay ran the eager call's {count} kernel(s) x {graph.calls_per_sample} calls"
+    captured = _tensors(graph.first_output)
+    for t in captured:
+        if t.is_floating_point():
+            t.fill_(float("nan"))
+    graph.replay()
+    fresh = _tensors(step())
+    torch.cuda.synchronize()
+    for i, (a, b) in enumerate(zip(captured, fresh, strict=False)):
+        if not a.is_floating_point():
+            continue
+        both = torch.isfinite(a) & torch.isfinite(b)  # rows a back end leaves NaN by design stay out
+        lost = bool((torch.isfinite(b) & ~torch.isfinite(a)).any())
+        diff = float((a.float() - b.float())[both].abs().max()) if bool(both.any()) else 0.0
+        scale = float(b.float()[both].abs().max()) if bool(both.any()) else 0.0
+        if lost or diff > 1e-2 * scale + 1e-3:
+            raise CaptureError(f"the CUDA graph's output {i} differs from the eager call's after a replay (it was"
+                               " poisoned before the replay: a kernel that did not run leaves it so)")
+    return f"{kernels}; the replay rewrote the output (poisoned before it) with the eager call's values"
 
 
 class KernelSumTimer:
@@ -213,6 +284,24 @@ class BuiltTimer:
     kind: str
     note: str
     input_sets: int
+    capture: str = ""  # graph timers: what the eager-vs-replay check found
+
+
+def l2_condition(kind: str, sets: int, set_bytes: int, l2_bytes: int | None) -> str:
+    """The cache condition a figure is for, in words."""
+    if kind == "cpu":
+        return "host caches as they are (CPU)"
+    mb = 1e6
+    if kind == "cuda-event":
+        return "cold L2: a buffer of twice the L2 zeroed before each call"
+    l2 = f"L2 {l2_bytes / mb:.0f} MB" if l2_bytes else "L2 size unknown"
+    if sets == 1:
+        warm = l2_bytes is not None and set_bytes < 3 * l2_bytes
+        return (f"cold L2 at each replay; one input set of {set_bytes / mb:.1f} MB reused by every call in it"
+                f" ({l2}){': warm between calls' if warm else ''}")
+    gap = (sets - 1) * set_bytes
+    return (f"cold L2 at each replay; {sets} input sets of {set_bytes / mb:.1f} MB rotated, {gap / mb:.0f} MB between"
+            f" two uses of one set ({l2})")
 
 
 def build_timer(
@@ -235,10 +324,14 @@ def build_timer(
     calls = graph_calls_per_replay(call_estimate_s, len(steps), kernel_sum=kind == "kernel-sum")
     inner: CudaGraphTimer | CudaEventTimer
     note = ""
+    capture = ""
     try:
         inner = CudaGraphTimer(steps, calls, flush)
         for _ in range(2):  # the first replays upload the graph
             inner.sample()
+        capture = check_capture(steps[0], inner)
+    except CaptureError:
+        raise
     except Exception as exc:  # capture is not possible for every library: fall back, say why
         import torch
 
@@ -249,9 +342,9 @@ def build_timer(
         if kind == "cuda-graph":
             return BuiltTimer(inner, "cuda-event", note + "; timed with events", 1)
     if kind == "cuda-graph":
-        return BuiltTimer(inner, kind, note, len(steps))
+        return BuiltTimer(inner, kind, note, len(steps), capture)
     try:
-        return BuiltTimer(KernelSumTimer(inner, flush), kind, note, len(steps))
+        return BuiltTimer(KernelSumTimer(inner, flush), kind, note, len(steps), capture)
     except Exception as exc:  # no CUPTI (profiler unavailable): the graph or event figure stands
         why = f"the profiler could not read kernel times ({type(exc).__name__}: {exc})"
-        return BuiltTimer(inner, inner.kind, "; ".join(filter(None, [note, why])), len(steps))
+        return BuiltTimer(inner, inner.kind, "; ".join(filter(None, [note, why])), len(steps), capture)

@@ -63,6 +63,10 @@ def row(result: Record, slowdown: float = 1.0, speedup: float | None = None) -> 
     )
 
 
+#: A clock that fell by more than this over a case's samples is flagged.
+CLOCK_DRIFT_FLAG = 0.03
+
+
 def result_notes(r: Record) -> list[str]:
     """What to doubt about one result: peak notes, timer fall-backs, an unsettled warm-up, a timing
     self-check that disagreed, throttling, a time cap before the precision target."""
@@ -79,6 +83,14 @@ def result_notes(r: Record) -> list[str]:
         notes.append(f"{r.case.id}: {flag}{throttle.describe()}")
     if t.stop_reason != "precision":
         notes.append(f"{r.case.id}: stopped at the {t.stop_reason} at ±{fmt_pct(t.precision)}")
+    if t.l2.endswith("warm between calls"):
+        notes.append(f"{r.case.id}: {t.l2} (the inputs fit in L2 three times over: the figure is a warm-L2 one)")
+    drift = r.clocks.drift
+    if drift is not None and drift < -CLOCK_DRIFT_FLAG:
+        time_drift = "n/a" if t.drift is None else f"{t.drift:+.1%}"
+        notes.append(f"{r.case.id}: the SM clock fell {-drift:.1%} while it was sampled ({r.clocks.sm_clock_max_mhz} ->"
+                     f" {r.clocks.sm_clock_min_mhz} MHz at the extremes; time drifted {time_drift}): its median"
+                     " mixes clocks -- let the GPU settle, lock its clock, or read MFU@clk")
     if r.hbm is not None:
         notes.append(f"{r.case.id}: {r.hbm.describe()}")
     if r.hbm_note:
