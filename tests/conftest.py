@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 pytest_plugins = ["pytester"]
@@ -12,10 +14,8 @@ def pytest_configure(config):
     2-core CI box with one core busy, a full-width pool makes every parallel op wait for the busy core."""
     from pytest_attn.engine.threads import auto_threads, set_torch_threads, usable_cpus
 
-    try:
+    with contextlib.suppress(ImportError):  # without torch, the tests that need it skip themselves
         set_torch_threads(auto_threads(usable_cpus()))
-    except ImportError:  # tests that need torch skip themselves
-        pass
 
 
 class FakeNvml:
@@ -41,6 +41,12 @@ class FakeNvml:
 
     def power_limit_w(self):
         return self._power
+
+    def ecc_mode(self):
+        return "on"
+
+    def mig_mode(self):
+        return "off"
 
 
 @pytest.fixture

@@ -30,7 +30,8 @@ def test_save_is_atomic_and_refuses_another_gpu(tmp_path, run, monkeypatch):
     assert stored_fingerprint(load_baseline(path)) == fp
     h100 = Fingerprint("NVIDIA H100 80GB HBM3", 132, 80)
     before = path.read_text()
-    with pytest.raises(BaselineError, match=r"was recorded on another GPU .*not replaced\. Pass --attn-force"):
+    with pytest.raises(BaselineError, match=r"was recorded on another device \(gpu: NVIDIA H200 \(baseline\) ->"
+                                            r" NVIDIA H100 80GB HBM3 \(this run\).*not replaced\. Pass --attn-force"):
         save_baseline(path, run, h100)
     assert path.read_text() == before
     assert "replacing the previous one" in save_baseline(path, run, h100, force=True)
@@ -43,14 +44,24 @@ def test_save_is_atomic_and_refuses_another_gpu(tmp_path, run, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         save_baseline(path, run, h100)
     assert stored_fingerprint(load_baseline(path)) == h100
-    assert [p.name for p in path.parent.iterdir()] == ["baseline.json"]  # no temporary file left
+    left = sorted(p.name for p in path.parent.iterdir() if p.suffix != ".lock")
+    assert left == ["baseline.json"]  # no temporary file left
 
 
 @pytest.mark.parametrize(("content", "message"), [
     ('{"benchmarks": [', r"is not valid JSON \(line 1, column 17"),
     ('{"machine_info": {}}', "has no 'benchmarks' list"),
-    ('{"benchmarks": [{"name": "x", "stats": {"median": 0}}]}', "'x' has no positive stats.median"),
+    ('{"benchmarks": [{"name": "x", "stats": {"median": 0}}]}', "'x' has stats.median 0, not a finite positive"),
+    ('{"benchmarks": [{"name": "x", "stats": {"median": true}}]}', "'x' has stats.median True, not a finite"),
+    ('{"benchmarks": [{"name": "x", "stats": {"median": Infinity}}]}', "Infinity is not a JSON number"),
+    ('{"benchmarks": [{"name": "x", "stats": {"median": NaN}}]}', "NaN is not a JSON number"),
+    ('{"benchmarks": [{"name": "x", "stats": {"median": "1e-3"}}]}', "'x' has stats.median '1e-3'"),
     ('{"benchmarks": [{"stats": {"median": 1}}]}', "benchmark #0 has no name"),
+    ('{"benchmarks": []}', "holds no benchmarks"),
+    ('{"benchmarks": [{"name": "x", "stats": {"median": 1}}], "machine_info": {"attn_fingerprint": {"gpu": ""}}}',
+     r"its fingerprint is unusable \(a fingerprint needs a non-empty 'gpu' entry"),
+    ('{"benchmarks": [{"name": "x", "stats": {"median": 1}, "extra_info": {"schema": "pytest-attn.record",'
+     ' "version": 99}}]}', "'x' has an unreadable result record \\(record version 99 is newer"),
 ])
 def test_corrupt_baselines_are_named_and_never_overwritten(tmp_path, run, content, message):
     path = tmp_path / "baseline.json"
@@ -63,3 +74,71 @@ def test_corrupt_baselines_are_named_and_never_overwritten(tmp_path, run, conten
     assert path.read_text() == content
     with pytest.raises(BaselineError, match="cannot be read"):
         load_baseline(tmp_path / "missing.json")
+
+
+def test_a_run_with_a_bad_number_is_not_saved(tmp_path, run):
+    run["benchmarks"][0]["stats"]["median"] = float("inf")
+    with pytest.raises(BaselineError, match="not a finite positive number"):
+        save_baseline(tmp_path / "baseline.json", run, fingerprint_of(H200))
+    assert not (tmp_path / "baseline.json").exists()
+    with pytest.raises(BaselineError, match="needs a non-empty 'gpu' entry"):
+        save_baseline(tmp_path / "baseline.json", json.loads(RECORDED.read_text()), Fingerprint(""))
+
+
+def _save_as(path: str, gpu: str, start, results) -> None:
+    start.wait()
+    try:
+        save_baseline(Path(path), json.loads(RECORDED.read_text()), Fingerprint(gpu, 132, 140))
+        results.put(("saved", gpu))
+    except BaselineError as exc:
+        results.put(("refused", str(exc)))
+
+
+def test_two_processes_saving_at_once_cannot_both_pass_the_overwrite_rule(tmp_path):
+    """Without the lock both read "no baseline yet" and the last writer won (40 of 40 trials)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    for trial in range(8):
+        path = tmp_path / f"t{trial}" / "baseline.json"
+        start, results = ctx.Barrier(2), ctx.Queue()
+        procs = [ctx.Process(target=_save_as, args=(str(path), gpu, start, results))
+                 for gpu in ("NVIDIA H200", "NVIDIA B200")]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+        outcomes = sorted(results.get(timeout=5) for _ in procs)
+        assert [o[0] for o in outcomes] == ["refused", "saved"], outcomes
+        assert "was recorded on another device" in outcomes[0][1]
+        winner = outcomes[1][1]
+        assert stored_fingerprint(load_baseline(path)).gpu == winner
+
+
+def _record_run(scale: float = 1.0) -> dict:
+    from factories import record
+
+    from pytest_attn.plugin.benchjson import benchmark_entry
+
+    records = [record(b, m * scale, test=f"suites/test_prefill.py::test_prefill[{b}]")
+               for b, m in (("flash-attn", 1e-3), ("sdpa-cudnn", 2e-3))]
+    return {"machine_info": {}, "benchmarks": [benchmark_entry(r) for r in records]}
+
+
+def test_add_repeat_keeps_each_runs_median_and_gates_on_their_median(tmp_path):
+    from pytest_attn.verdicts.runs import benches
+
+    path = tmp_path / "baseline.json"
+    save_baseline(path, _record_run(), fingerprint_of(H200))
+    assert save_baseline(path, _record_run(1.1), fingerprint_of(H200), add=True).endswith("(a repeat added to 2 cases)")
+    assert save_baseline(path, _record_run(1.1), fingerprint_of(H200), add=True).endswith("(a repeat added to 2 cases)")
+    stored = benches(load_baseline(path))
+    first = {"flash-attn": 1e-3, "sdpa-cudnn": 2e-3}
+    for bench in stored.values():
+        m = first[bench.backend]
+        assert bench.repeats_s == pytest.approx((m, m * 1.1, m * 1.1))
+        assert bench.median_s == pytest.approx(m * 1.1)
+    with pytest.raises(BaselineError, match=r"no baseline at .* to add a repeat to"):
+        save_baseline(tmp_path / "none.json", _record_run(), fingerprint_of(H200), add=True)
+    with pytest.raises(BaselineError, match="recorded on another device"):
+        save_baseline(path, _record_run(), Fingerprint("NVIDIA B200", 148, 180), add=True)

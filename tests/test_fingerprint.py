@@ -24,5 +24,23 @@ def test_fingerprints():
     assert differences(base, newer) == ([], ["driver: 580.159.04 (baseline) -> 590.1 (this run)",
                                              "flash_attn: 2.8.3 (baseline) -> 2.8.4 (this run)"])
     assert Fingerprint.from_dict(fp.as_dict()) == fp
-    with pytest.raises(ValueError, match="needs at least a 'gpu'"):
+    with pytest.raises(ValueError, match="needs a non-empty 'gpu' entry"):
         Fingerprint.from_dict({"sm_count": 1})
+    with pytest.raises(ValueError, match="needs a non-empty 'gpu' entry"):
+        Fingerprint.from_dict({"gpu": " "})
+
+
+def test_a_cpu_run_is_keyed_by_its_model_and_never_compared_with_a_gpu():
+    cpu = DeviceInfo(kind="cpu", name="AMD EPYC", torch_version="2.13.0+cpu")
+    fp = fingerprint_of(cpu, cpu_threads="1 (auto)")
+    assert (fp.key, fp.device, fp.kind, fp.cpu_threads) == ("cpu-amd-epyc", "CPU AMD EPYC", "cpu", "1 (auto)")
+    blocking, _ = differences(fingerprint_of(H200), fp)
+    assert "kind: cuda (baseline) -> cpu (this run)" in blocking
+    assert Fingerprint.from_dict(fp.as_dict()) == fp
+
+
+def test_ecc_and_mig_are_named_when_they_differ():
+    on = fingerprint_of(DeviceInfo(kind="cuda", name="NVIDIA H200", torch_version="t", ecc="on", mig="off"))
+    off = fingerprint_of(DeviceInfo(kind="cuda", name="NVIDIA H200", torch_version="t", ecc="off", mig="on"))
+    assert differences(on, off) == ([], ["ecc: on (baseline) -> off (this run)",
+                                         "mig: off (baseline) -> on (this run)"])

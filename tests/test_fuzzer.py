@@ -4,7 +4,7 @@ each found by the ``ci`` profile within its example budget; the same back end wi
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
@@ -83,10 +83,16 @@ def _with(case, **changes):
     return dataclasses.replace(case, **changes)
 
 
+#: The ci profile, without shrinking: these tests ask whether a fault is found within the budget; what a
+#: found failure shrinks to is test_strategies' business (shrinking took most of their time).
+FIND_ONLY = settings(settings.get_profile("ci"), database=None,
+                     phases=[Phase.explicit, Phase.reuse, Phase.generate])
+
+
 def _fuzz(fault: str, direction: str = "fwd") -> None:
     fuzzer = Fuzzer(Registry([Planted(fault)]), CPU, dtypes=("fp32",))
 
-    @settings(settings.get_profile("ci"), database=None)
+    @FIND_ONLY
     @given(data=st.data())
     def prop(data):
         fuzzer.check("planted", direction, data)
@@ -147,7 +153,7 @@ def test_a_relation_refused_with_one_mask_is_still_fuzzed_with_the_masks_it_take
 def test_a_fault_in_single_query_attention_is_caught_where_a_causal_probe_would_refuse_decode():
     fuzzer = Fuzzer(Registry([FlashLike("single_query")]), CPU, dtypes=("fp32",))
 
-    @settings(settings.get_profile("ci"), database=None)
+    @FIND_ONLY
     @given(data=st.data())
     def prop(data):
         fuzzer.check("planted", "fwd", data)

@@ -33,10 +33,12 @@ def test_reports(run):
     comparisons = compare(benches(run), benches(_scale(run, HUNYUAN, 1.08)), Thresholds())
     md = markdown(comparisons, "baselines/nvidia-h200/baseline.json", ["differs from the baseline: torch: a -> b"])
     assert md.startswith("### pytest-attn: regression (1 SLOWER, 3 SAME)")
-    assert f"| `{HUNYUAN}` | 399.671 ms | 431.645 ms | +8.0% | **SLOWER** | 384.7 | 38.9% |" in md
+    assert f"| `{HUNYUAN}` | 399.671 ms | 431.645 ms | +8.0% | +-5.0% | - | **SLOWER** | 384.7 | 38.9% |" in md
+    assert f"- `{HUNYUAN}` SLOWER: moved +8.0% against noise of +-5.0% (3 sigma, both runs)" in md
     assert "> differs from the baseline: torch: a -> b" in md
     rows = csv_text(comparisons).splitlines()
     assert rows[0].startswith("benchmark,group,backend,baseline_s,current_s,change,verdict") and len(rows) == 5
     lines = terminal_lines(comparisons, "base.json")
     assert lines[0] == "against base.json: 1 SLOWER, 3 SAME"
-    assert any("moved +8.0% (threshold 5.0%, noise of both runs 2.4%)" in line for line in lines)
+    assert any(line.startswith(f"  SLOWER: {HUNYUAN}: moved +8.0% against noise of +-5.0% (3 sigma, both runs) and"
+                               " a threshold of 5.0%") for line in lines)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("torch")
+pytestmark = pytest.mark.slow
 
 CONFTEST = '''
 import pathlib

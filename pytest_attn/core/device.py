@@ -24,6 +24,8 @@ class DeviceInfo:
     power_limit_w: float | None = None
     nvml_status: str = "not used"
     uuid: str | None = None  # NVML's "GPU-..." form, where known
+    ecc: str | None = None  # "on"/"off", where NVML says
+    mig: str | None = None  # "on"/"off", where NVML says (None: no MIG on this GPU)
 
     @property
     def is_cuda(self) -> bool:
@@ -52,6 +54,8 @@ class DeviceInfo:
             "power_limit_w": self.power_limit_w,
             "nvml": self.nvml_status,
             "uuid": self.uuid,
+            "ecc": self.ecc,
+            "mig": self.mig,
         }
 
     def describe(self) -> str:

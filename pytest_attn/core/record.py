@@ -19,7 +19,7 @@ import math
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, TypeGuard, Union
 
 from .case import AttnCase
 from .codec import case_from_dict, case_to_dict
@@ -27,7 +27,7 @@ from .device import DeviceInfo
 from .flops import Work
 from .kernel_names import KernelCall
 from .metrics import CeilingShare, Figures
-from .stats import median
+from .stats import median, relative_drift
 from .throttle import ThrottleReport
 
 SCHEMA = "pytest-attn.record"
@@ -54,6 +54,10 @@ class Timing:
     elapsed_s: float = 0.0
     setup_s: float = 0.0  # of prepare_s: inputs, the back end's plan and first call (compilation), the check
     graph_replay_s: float | None = None  # the replay figure behind kernel-sum (median per call)
+    repeats_s: tuple[float, ...] = ()  # a stored baseline: the median of each independent run (--attn-add-to-baseline)
+    drift: float | None = None  # the samples' trend over the sampling, relative (see core.stats.relative_drift)
+    l2: str = ""  # the cache condition the figure is for (cold or warm L2, input sets rotated)
+    capture: str = ""  # graph-timed cases: what the eager-vs-replay check found
 
     @property
     def launch_gap_s(self) -> float | None:
@@ -69,12 +73,14 @@ class Clocks:
     sm_clock_max_mhz: int | None = None
     lock: str = "not locked"
     throttle: ThrottleReport | None = None
+    drift: float | None = None  # the SM clock's trend over the sampling, relative (negative: it fell)
 
     @classmethod
     def of(cls, clocks_mhz: list[int], lock: str, throttle: ThrottleReport | None) -> Clocks:
         if not clocks_mhz:
             return cls(lock=lock, throttle=throttle)
-        return cls(median(clocks_mhz), min(clocks_mhz), max(clocks_mhz), lock, throttle)
+        return cls(median(clocks_mhz), min(clocks_mhz), max(clocks_mhz), lock, throttle,
+                   relative_drift([float(c) for c in clocks_mhz]))
 
 
 @dataclass(frozen=True)
@@ -197,7 +203,7 @@ class Record:
         return record
 
 
-def is_record(data: object) -> bool:
+def is_record(data: object) -> TypeGuard[dict[str, Any]]:
     """True when ``data`` (a benchmark's ``extra_info``) holds a record."""
     return isinstance(data, dict) and data.get("schema") == SCHEMA
 

@@ -33,6 +33,10 @@ class Nvml(Protocol):
 
     def power_limit_w(self) -> float | None: ...
 
+    def ecc_mode(self) -> str | None: ...  # "on" or "off"
+
+    def mig_mode(self) -> str | None: ...  # "on" or "off"
+
 
 class NoNvml:
     """Stands in when NVML cannot be used; says why."""
@@ -53,6 +57,12 @@ class NoNvml:
         return None
 
     def power_limit_w(self) -> float | None:
+        return None
+
+    def ecc_mode(self) -> str | None:
+        return None
+
+    def mig_mode(self) -> str | None:
         return None
 
 
@@ -95,6 +105,14 @@ class PynvmlDevice:
 
     def power_limit_w(self) -> float | None:
         return read(lambda: self.nv.nvmlDeviceGetEnforcedPowerLimit(self.handle) / 1000.0)
+
+    def ecc_mode(self) -> str | None:
+        """The current ECC mode (nvmlDeviceGetEccMode gives current and pending)."""
+        return read(lambda: "on" if self.nv.nvmlDeviceGetEccMode(self.handle)[0] else "off")
+
+    def mig_mode(self) -> str | None:
+        """The current MIG mode (nvmlDeviceGetMigMode gives current and pending); None on GPUs without MIG."""
+        return read(lambda: "on" if self.nv.nvmlDeviceGetMigMode(self.handle)[0] else "off")
 
 
 def _text(value: Any) -> str:

@@ -20,7 +20,7 @@ def probe_device(nvml_factory: Callable[[str | None, int], Nvml] = open_nvml) ->
     import torch
 
     if not torch.cuda.is_available():
-        cpu = DeviceInfo(kind="cpu", name=platform.processor() or platform.machine(), torch_version=torch.__version__)
+        cpu = DeviceInfo(kind="cpu", name=cpu_model(), torch_version=torch.__version__)
         return cpu, NoNvml("no GPU")
     index = torch.cuda.current_device()
     props = torch.cuda.get_device_properties(index)
@@ -41,8 +41,22 @@ def probe_device(nvml_factory: Callable[[str | None, int], Nvml] = open_nvml) ->
         power_limit_w=nvml.power_limit_w(),
         nvml_status=nvml.status,
         uuid=f"GPU-{uuid}" if uuid and not uuid.startswith(("GPU-", "MIG-")) else uuid,
+        ecc=nvml.ecc_mode(),
+        mig=nvml.mig_mode(),
     )
     return info, nvml
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """This CPU's model name (Linux ``model name``), else what ``platform`` says: CPU baselines are keyed
+    by it, as GPU ones are by the GPU's name."""
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name") and ":" in line:
+                return " ".join(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 def host_free_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None:

@@ -12,6 +12,11 @@ from __future__ import annotations
 
 from .session import attn_cases, attn_session, fuzz_targets, prepare_attention_run
 
-pytest_plugins = ["pytest_attn.plugin.bench", "pytest_attn.plugin.fuzz", "pytest_attn.plugin.gate"]
+pytest_plugins = [
+    "pytest_attn.plugin.bench",
+    "pytest_attn.plugin.fuzz",
+    "pytest_attn.plugin.gate",
+    "pytest_attn.plugin.history",
+]
 
 __all__ = ["attn_cases", "attn_session", "fuzz_targets", "prepare_attention_run"]

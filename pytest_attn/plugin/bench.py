@@ -99,8 +99,8 @@ def _case_of(item: pytest.Item) -> AttnCase | None:
     """The case a parametrized attention test measures, or None."""
     if "attn_bench" not in getattr(item, "fixturenames", ()):
         return None
-    case = getattr(item, "callspec", None) and item.callspec.params.get("case")  # type: ignore[attr-defined]
-    return case if isinstance(case, AttnCase) else None
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return next((v for v in params.values() if isinstance(v, AttnCase)), None)  # whatever its name
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -25,7 +25,7 @@ from ..core.catalog import PROFILES, Variant
 from ..core.percent import parse_percent
 from ..engine.clocks import LockRequest, parse_lock
 from ..engine.timers import TIMER_KINDS
-from ..verdicts.gate import DEFAULT_THRESHOLD, parse_override
+from ..verdicts.gate import DEFAULT_THRESHOLD, parse_fail_on, parse_override
 
 T = TypeVar("T")
 
@@ -153,6 +153,7 @@ fuzz_head_dims = _converter("--attn-fuzz-head-dims", _head_dims)
 threshold = _converter("--attn-threshold", lambda t: parse_percent(t, "--attn-threshold", upper=10.0))
 threshold_for = _converter("--attn-threshold-for", _override)
 cpu_threads = _converter("--attn-cpu-threads", _threads)
+fail_on = _converter("--attn-fail-on", parse_fail_on)
 
 
 def _add(group: Any, flag: str, default: Any, **kwargs: Any) -> None:
@@ -241,8 +242,14 @@ def _add_gate_options(g: Any) -> None:
          help="a change must exceed this (and both runs' noise) to be SLOWER/FASTER (default 5%%)")
     _add(g, "--attn-threshold-for", [], type=threshold_for, action="append",
          metavar="KIND:NAME=PCT", help="per back end or group: backend:flex=10%% or group:NAME=3%% (repeatable)")
+    _add(g, "--attn-fail-on", ("SLOWER",), type=fail_on, metavar="LIST",
+         help="verdicts that fail the run: slower (default), ambiguous, clock, faster, missing; e.g. slower,missing")
     _add(g, "--attn-save-baseline", False, action="store_true",
-         help="store this run as the baseline for this GPU (baselines/<gpu-key>/baseline.json)")
+         help="store this run as the baseline for this device (baselines/<device-key>/baseline.json; on a CPU,"
+              " cpu-<model>)")
+    _add(g, "--attn-add-to-baseline", False, action="store_true",
+         help="add this run to the stored baseline of this device as one more independent repeat: each case's"
+              " between-run noise is then measured (record with --attn-save-baseline, then add two more)")
     _add(g, "--attn-force", False, action="store_true",
          help="with --attn-save-baseline: replace a baseline recorded on another GPU, or a corrupt one")
     _add(g, "--attn-report", None, type=Path, metavar="DIR",

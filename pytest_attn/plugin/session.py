@@ -46,13 +46,15 @@ class GateOptions:
     save: bool
     force: bool
     report: Path | None
+    fail_on: tuple[str, ...] = ("SLOWER",)
+    add: bool = False  # --attn-add-to-baseline
 
     @classmethod
     def of(cls, config: pytest.Config) -> GateOptions:
         get = config.getoption
         return cls(Thresholds.build(get("attn_threshold"), get("attn_threshold_for")), get("attn_baseline"),
                    config.rootpath / get("attn_baselines_dir"), get("attn_save_baseline"), get("attn_force"),
-                   get("attn_report"))
+                   get("attn_report"), get("attn_fail_on"), get("attn_add_to_baseline"))
 
 
 class AttnSession:

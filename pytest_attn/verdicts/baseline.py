@@ -1,24 +1,34 @@
-"""Stored baselines: ``baselines/<gpu-key>/baseline.json`` in pytest-benchmark's JSON format, with the
-run's fingerprint in ``machine_info.attn_fingerprint``.
+"""Stored baselines: ``baselines/<device-key>/baseline.json`` in pytest-benchmark's JSON format, with the
+run's fingerprint in ``machine_info.attn_fingerprint`` (``nvidia-h200``; ``cpu-<model>`` on a CPU).
 
-Reading checks the file and says what is wrong with it; writing goes through a temporary file in the
-same folder and a rename, so a baseline is either the old one or the new one, never half of each. A
-baseline recorded on another GPU is not replaced unless forced; a corrupt one is never overwritten
-silently.
+Reading and writing both check the run (:func:`check_run`): a ``benchmarks`` list, each with a name and
+a finite, positive ``stats.median`` (a JSON ``true`` is not a number here), a readable result record
+where one is stored, and a fingerprint that names its device. Saving holds a lock on the file
+(``filelock``) from reading the old baseline to renaming the new one into place, so two processes
+saving at once cannot both pass the overwrite rule: a baseline recorded on another device is not
+replaced unless forced, nor is a corrupt one. The write goes through a temporary file and a rename,
+so a baseline is either the old one or the new one, never half of each.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
+
+from ..core.record import Record, is_record
+from ..core.stats import median
 from .fingerprint import Fingerprint, differences
 
 FILE_NAME = "baseline.json"
 RERECORD = "re-record it with: pytest suites/ --attn-save-baseline"
+LOCK_TIMEOUT_S = 120.0
 
 
 class BaselineError(Exception):
@@ -29,30 +39,58 @@ def baseline_path(root: Path, key: str) -> Path:
     return root / key / FILE_NAME
 
 
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def check_run(data: Any, where: str) -> dict[str, Any]:
+    """``data`` if it is a run a gate can use; else :class:`BaselineError` saying what is wrong."""
+    if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
+        raise BaselineError(f"{where} has no 'benchmarks' list: it is not pytest-benchmark JSON; {RERECORD}")
+    if not data["benchmarks"]:
+        raise BaselineError(f"{where} holds no benchmarks; {RERECORD}")
+    for i, bench in enumerate(data["benchmarks"]):
+        name = (bench.get("fullname") or bench.get("name")) if isinstance(bench, dict) else None
+        if not isinstance(name, str) or not name:
+            raise BaselineError(f"{where}: benchmark #{i} has no name; {RERECORD}")
+        median = (bench.get("stats") or {}).get("median") if isinstance(bench.get("stats"), dict) else None
+        if not _positive(median):
+            raise BaselineError(f"{where}: benchmark {name!r} has stats.median {median!r}, not a finite positive"
+                                f" number of seconds; {RERECORD}")
+        info = bench.get("extra_info")
+        if is_record(info):
+            try:
+                Record.from_json(info)
+            except (TypeError, ValueError, KeyError) as exc:
+                raise BaselineError(f"{where}: benchmark {name!r} has an unreadable result record ({exc});"
+                                    f" {RERECORD}") from None
+    raw = (data.get("machine_info") or {}).get("attn_fingerprint") if isinstance(data.get("machine_info"), dict) \
+        else None
+    if raw is not None:
+        try:
+            Fingerprint.from_dict(raw)
+        except (TypeError, ValueError) as exc:
+            raise BaselineError(f"{where}: its fingerprint is unusable ({exc}); {RERECORD}") from None
+    return data
+
+
 def load_baseline(path: Path) -> dict[str, Any]:
-    """The run stored at ``path``, checked: JSON, a ``benchmarks`` list, each with a name and a
-    positive ``stats.median``."""
+    """The run stored at ``path``, checked (:func:`check_run`)."""
     try:
         text = path.read_text()
     except OSError as exc:
         raise BaselineError(f"baseline {path} cannot be read: {exc.strerror or exc}") from None
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BaselineError(
-            f"baseline {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); restore it from"
-            f" git or {RERECORD}"
-        ) from None
-    if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
-        raise BaselineError(f"baseline {path} has no 'benchmarks' list: it is not pytest-benchmark JSON; {RERECORD}")
-    for i, bench in enumerate(data["benchmarks"]):
-        median = (bench.get("stats") or {}).get("median") if isinstance(bench, dict) else None
-        if not isinstance(bench, dict) or not (bench.get("fullname") or bench.get("name")):
-            raise BaselineError(f"baseline {path}: benchmark #{i} has no name; {RERECORD}")
-        if not isinstance(median, (int, float)) or not median > 0:
-            raise BaselineError(f"baseline {path}: benchmark {bench.get('fullname') or bench.get('name')!r} has no"
-                                f" positive stats.median; {RERECORD}")
-    return data
+        data = json.loads(text, parse_constant=_no_constant)
+    except (json.JSONDecodeError, ValueError) as exc:
+        where = f" (line {exc.lineno}, column {exc.colno}: {exc.msg})" if isinstance(exc, json.JSONDecodeError) \
+            else f" ({exc})"
+        raise BaselineError(f"baseline {path} is not valid JSON{where}; restore it from git or {RERECORD}") from None
+    return check_run(data, f"baseline {path}")
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def stored_fingerprint(run: dict[str, Any]) -> Fingerprint | None:
@@ -63,38 +101,109 @@ def stored_fingerprint(run: dict[str, Any]) -> Fingerprint | None:
         return None
 
 
-def save_baseline(path: Path, run: dict[str, Any], fingerprint: Fingerprint, *, force: bool = False) -> str:
-    """Write ``run`` as the baseline at ``path`` (atomically); returns what was done. Refuses (raises
-    :class:`BaselineError`) to replace a baseline of another GPU, or a corrupt one, unless ``force``."""
-    replaced = ""
-    if path.exists():
-        try:
-            old = load_baseline(path)
-        except BaselineError as exc:
-            if not force:
-                raise BaselineError(f"{exc}. Not overwritten; pass --attn-force to replace it") from None
-            old = None
-        old_fp = stored_fingerprint(old) if old else None
-        if old_fp is not None:
-            blocking, _ = differences(old_fp, fingerprint)
-            if blocking and not force:
-                raise BaselineError(
-                    f"baseline {path} was recorded on another GPU ({'; '.join(blocking)}); not replaced. Pass"
-                    " --attn-force to replace it anyway"
-                )
-        replaced = " (replacing the previous one)"
+def stored_device(run: dict[str, Any]) -> str | None:
+    """The device a run was measured on, for people: from its fingerprint, else its ``attn_device``."""
+    fp = stored_fingerprint(run)
+    if fp is not None:
+        return fp.device
+    device = (run.get("machine_info") or {}).get("attn_device") or {}
+    name = device.get("name") if isinstance(device, dict) else None
+    if not name:
+        return None
+    return name if device.get("kind", "cuda") == "cuda" else f"CPU {name}"
+
+
+def save_baseline(path: Path, run: dict[str, Any], fingerprint: Fingerprint, *, force: bool = False,
+                  add: bool = False) -> str:
+    """Write ``run`` as the baseline at ``path`` (atomically, under a lock); returns what was done. Refuses
+    (raises :class:`BaselineError`) to replace a baseline of another device, or a corrupt one, unless
+    ``force``. With ``add``, ``run`` joins the stored baseline as one more repeat (:func:`add_repeat`)."""
     data = dict(run)
     data["machine_info"] = {**(run.get("machine_info") or {}), "attn_fingerprint": fingerprint.as_dict()}
+    check_run(data, f"the run to save as {path}")
     path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(f"{path}.lock", timeout=LOCK_TIMEOUT_S)
+    try:
+        with lock:
+            if add:
+                if not path.exists():
+                    raise BaselineError(f"no baseline at {path} to add a repeat to; record one first with"
+                                        " --attn-save-baseline")
+                _may_replace(path, fingerprint, force=False)
+                data, added = add_repeat(load_baseline(path), data)
+                note = f" (a repeat added to {added} cases)"
+            else:
+                note = _may_replace(path, fingerprint, force)
+            _write(path, data)
+    except Timeout:
+        raise BaselineError(f"another process has held {path}.lock for over {LOCK_TIMEOUT_S:.0f} s; nothing saved."
+                            " If no other save is running, delete the lock file") from None
+    return f"saved {len(data['benchmarks'])} results as the baseline for {fingerprint.device}: {path}{note}"
+
+
+def _may_replace(path: Path, fingerprint: Fingerprint, force: bool) -> str:
+    """The overwrite rule, read under the lock: "" for a new file, a note for a replaced one."""
+    if not path.exists():
+        return ""
+    try:
+        old: dict[str, Any] | None = load_baseline(path)
+    except BaselineError as exc:
+        if not force:
+            raise BaselineError(f"{exc}. Not overwritten; pass --attn-force to replace it") from None
+        old = None
+    old_fp = stored_fingerprint(old) if old else None
+    if old_fp is not None and not force:
+        blocking, _ = differences(old_fp, fingerprint)
+        if blocking:
+            raise BaselineError(f"baseline {path} was recorded on another device ({'; '.join(blocking)}); not"
+                                " replaced. Pass --attn-force to replace it anyway")
+    return " (replacing the previous one)"
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
     fd, tmp = tempfile.mkstemp(prefix=".baseline-", suffix=".json", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True)
+            json.dump(data, fh, indent=2, sort_keys=True, allow_nan=False)
             fh.write("\n")
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+    except ValueError as exc:  # a NaN or infinity json cannot write as a number
+        Path(tmp).unlink(missing_ok=True)
+        raise BaselineError(f"the run holds a number JSON cannot store ({exc}); nothing saved") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return f"saved {len(data.get('benchmarks', []))} results as the baseline for {fingerprint.gpu}: {path}{replaced}"
+
+
+def add_repeat(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """``new`` (a run) added to the stored baseline ``old`` as one more independent repeat: each case in
+    both keeps the median of every repeat (``timing.repeats_s`` of its record) and is gated on their
+    median; cases only in ``old`` stay as they were. Returns the merged run and how many cases gained a
+    repeat."""
+    stored = {(b.get("fullname") or b.get("name")): b for b in old["benchmarks"]}
+    merged, added = [], 0
+    for bench in new["benchmarks"]:
+        name = bench.get("fullname") or bench.get("name")
+        info = bench.get("extra_info")
+        before = stored.pop(name, None)
+        if before is None or not is_record(info):
+            merged.append(bench)
+            continue
+        record = Record.from_json(info)
+        repeats = (*_repeats_of(before), record.median_s)
+        record = dataclasses.replace(record, timing=dataclasses.replace(record.timing, repeats_s=repeats))
+        merged.append({**bench, "extra_info": record.to_json(), "stats": {**bench["stats"], "median": median(repeats)}})
+        added += 1
+    merged.extend(stored.values())
+    return {**new, "benchmarks": merged}, added
+
+
+def _repeats_of(bench: dict[str, Any]) -> tuple[float, ...]:
+    info = bench.get("extra_info")
+    if is_record(info):
+        repeats = Record.from_json(info).timing.repeats_s
+        if repeats:
+            return repeats
+    return (float(bench["stats"]["median"]),)

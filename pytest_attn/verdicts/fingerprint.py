@@ -1,10 +1,11 @@
 """What a stored result was measured on, and whether two runs may be compared.
 
-pytest-benchmark's machine id has no GPU in it. A :class:`Fingerprint` adds what decides a GPU
-figure: the GPU (name, SM count, memory), driver, CUDA, torch, flash-attn and FlashInfer versions,
-the clock-lock state and the power limit. A difference in the GPU itself *blocks* a comparison (an
-H100 is not a slower H200); a difference in software or settings *informs*: it is shown beside the
-verdicts, because it may be the reason for them.
+pytest-benchmark's machine id has no GPU in it. A :class:`Fingerprint` adds what decides a figure:
+the device (the GPU's name, SM count and memory; on a CPU run, the CPU model), driver, CUDA, torch,
+flash-attn and FlashInfer versions, the clock policy (locked or not, and to what), the power limit,
+ECC and MIG, and on a CPU the thread count. A difference in the device itself *blocks* a comparison
+(an H100 is not a slower H200, a CPU is not a slow GPU); a difference in software or settings
+*informs*: it is named beside the verdicts, because it may be the reason for them.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from typing import Any
 
 from ..core.device import DeviceInfo
 
-BLOCKING = ("gpu", "sm_count", "memory_gib")
-INFORMING = ("driver", "cuda", "torch", "flash_attn", "flashinfer", "clocks", "power_limit_w")
+BLOCKING = ("kind", "gpu", "sm_count", "memory_gib")
+INFORMING = ("driver", "cuda", "torch", "flash_attn", "flashinfer", "clocks", "power_limit_w", "ecc", "mig",
+             "cpu_threads")
 
 
 def gpu_key(name: str) -> str:
@@ -35,7 +37,7 @@ def library_version(distribution: str) -> str | None:
 
 @dataclass(frozen=True)
 class Fingerprint:
-    gpu: str
+    gpu: str  # the GPU's name; on a CPU run, the CPU model
     sm_count: int | None = None
     memory_gib: int | None = None
     driver: str | None = None
@@ -45,10 +47,20 @@ class Fingerprint:
     flashinfer: str | None = None
     clocks: str = "not locked"
     power_limit_w: float | None = None
+    kind: str = "cuda"  # "cuda" or "cpu"
+    ecc: str | None = None
+    mig: str | None = None
+    cpu_threads: str | None = None  # a CPU run: torch's thread count and why
 
     @property
     def key(self) -> str:
-        return gpu_key(self.gpu)
+        """The baselines folder: ``nvidia-h200``; ``cpu-amd-epyc`` for a CPU model."""
+        return gpu_key(self.gpu) if self.kind == "cuda" else f"cpu-{gpu_key(self.gpu)}"
+
+    @property
+    def device(self) -> str:
+        """The device for people: the GPU's name, or "CPU <model>"."""
+        return self.gpu if self.kind == "cuda" else f"CPU {self.gpu}"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -56,12 +68,14 @@ class Fingerprint:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Fingerprint:
         known = {f.name for f in fields(cls)}
-        if not isinstance(data, dict) or "gpu" not in data:
-            raise ValueError("a fingerprint needs at least a 'gpu' entry")
+        if not isinstance(data, dict) or not isinstance(data.get("gpu"), str) or not data["gpu"].strip():
+            raise ValueError("a fingerprint needs a non-empty 'gpu' entry (the device's name)")
+        if data.get("kind", "cuda") not in ("cuda", "cpu"):
+            raise ValueError(f"a fingerprint's 'kind' is cuda or cpu, not {data.get('kind')!r}")
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
-def fingerprint_of(device: DeviceInfo, clocks: str = "not locked") -> Fingerprint:
+def fingerprint_of(device: DeviceInfo, clocks: str = "not locked", cpu_threads: str | None = None) -> Fingerprint:
     memory = round(device.total_memory_bytes / 2**30) if device.total_memory_bytes else None
     return Fingerprint(
         gpu=device.name,
@@ -74,6 +88,10 @@ def fingerprint_of(device: DeviceInfo, clocks: str = "not locked") -> Fingerprin
         flashinfer=library_version("flashinfer-python") or library_version("flashinfer"),
         clocks=clocks,
         power_limit_w=device.power_limit_w,
+        kind="cuda" if device.is_cuda else "cpu",
+        ecc=device.ecc,
+        mig=device.mig,
+        cpu_threads=None if device.is_cuda else cpu_threads,
     )
 
 

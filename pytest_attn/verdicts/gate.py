@@ -1,23 +1,54 @@
-"""The noise-aware regression gate. Pure: the benchmarks of two runs in (:mod:`.runs`), verdicts out.
+"""The regression gate: the benchmarks of two runs in (:mod:`.runs`), a verdict per benchmark out. Pure.
 
-Per benchmark: SAME, FASTER, SLOWER, NEW (not in the baseline) or MISSING (in the baseline, not in
-this run). SLOWER only when the median moved by more than the threshold (default 5 %, settable per
-back end and per group) **and** by more than the noise both runs showed -- the sum of their relative
-spreads (the half-width of each median's 95 % CI when pytest-attn measured it, else half the IQR
-over the median) -- so a noisy case does not flap. FASTER is the mirror image.
+Verdicts: SLOWER, FASTER, SAME, AMBIGUOUS, CLOCK (slower in time, not in clock cycles), NEW (not in the
+baseline) and MISSING (in the baseline, not in this run).
+
+**The rule.** A case's median in one run has two kinds of noise (both relative, as standard deviations):
+
+* within the run, from its own samples: the median's 95 % confidence half-width / 1.96;
+* between runs (the clock, the GPU's temperature, memory placement): the spread of the case's medians
+  over independent runs (``--attn-add-to-baseline`` adds one to a stored baseline) where it has them --
+  at least the median spread over all its cases (a spread of three is itself noisy) and :data:`FLOOR` -- else an assumed
+  :data:`ASSUMED_RUN_NOISE` (on an H200, a clean rerun of 110 cases moved them by -2.3 % to +3.2 %).
+
+A side's noise is ``sqrt(within^2 + between^2 / K)`` (K repeats averaged), the change's noise
+``sigma = sqrt(base^2 + current^2)``, and with the threshold ``t`` (default 5 %) and ``Z`` = 3:
+
+* SLOWER when the change is at least ``max(Z * sigma, t / 2)``: beyond what noise does, and at least
+  half the threshold -- FASTER the mirror image;
+* SAME when the change is under ``t / 2`` and ``|change| + Z * sigma < t``: a change of ``t`` is ruled out;
+* AMBIGUOUS otherwise: the evidence overlaps (too noisy to tell a change of ``t`` from none).
+
+**False alarms and power.** With the noise known, an unchanged case is called SLOWER only when it
+moved beyond both ``3 sigma`` and ``t / 2``: at most 0.13 % of the time. Simulated with 3-repeat
+baselines (tests/test_gate.py, 400 cases each): at 0.3 % between-run noise per run, A/A pairs gave 400
+SAME and a 5 % shift 400 SLOWER; at 0.7 %, A/A gave 372 SAME, 26 AMBIGUOUS, 2 SLOWER, and a 5 % shift
+383 SLOWER and 17 AMBIGUOUS -- a rough noise estimate costs a few AMBIGUOUS, never a SAME.
+
+**Clocks.** Where both runs recorded their SM clock, a SLOWER (FASTER) is checked in cycles (time x
+clock): if it is not SLOWER there, the verdict is CLOCK -- the GPU ran at a lower clock, not slower code.
+A case that stopped at its time cap before its precision target keeps its verdict and says so.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ..core.percent import parse_percent
+from ..core.stats import Z95, median, relative_spread
 from .runs import Bench
 
-VERDICTS = ("SLOWER", "FASTER", "SAME", "NEW", "MISSING")
+VERDICTS = ("SLOWER", "CLOCK", "AMBIGUOUS", "FASTER", "SAME", "NEW", "MISSING")
+#: Verdicts ``--attn-fail-on`` may name (SLOWER is the default).
+FAILABLE = ("SLOWER", "CLOCK", "AMBIGUOUS", "FASTER", "MISSING")
 DEFAULT_THRESHOLD = 0.05
+Z = 3.0
+ASSUMED_RUN_NOISE = 0.01  # between-run noise of one GPU run's median when the baseline measured none
+ASSUMED_CPU_RUN_NOISE = 0.05  # the same on a CPU (shared machines, frequency scaling)
+FLOOR = 0.0025  # between-run noise is never taken as less than this
 
 
 def parse_fraction(text: str, what: str = "threshold") -> float:
@@ -31,6 +62,16 @@ def parse_override(text: str) -> tuple[str, str, float]:
     if not m:
         raise ValueError(f"threshold override {text!r} must look like backend:NAME=10% or group:NAME=3%")
     return m[1], m[2].strip(), parse_fraction(m[3])
+
+
+def parse_fail_on(text: str) -> tuple[str, ...]:
+    """``slower,ambiguous`` -> ("SLOWER", "AMBIGUOUS"); each among :data:`FAILABLE`."""
+    names = tuple(x.strip().upper() for x in text.split(",") if x.strip())
+    bad = [n for n in names if n not in FAILABLE]
+    if not names or bad:
+        raise ValueError(f"--attn-fail-on={text!r}: give one or more of {', '.join(n.lower() for n in FAILABLE)}"
+                         " (e.g. slower,missing)")
+    return names
 
 
 @dataclass(frozen=True)
@@ -59,6 +100,51 @@ class Thresholds:
 
 
 @dataclass(frozen=True)
+class Noise:
+    """The between-run noise the rule assumes: measured (from repeats) or assumed."""
+
+    pooled: float | None  # the median spread over the baseline's cases with repeats
+    assumed: float = ASSUMED_RUN_NOISE
+
+    @classmethod
+    def of(cls, base: Mapping[str, Bench], cur: Mapping[str, Bench], assumed: float = ASSUMED_RUN_NOISE) -> Noise:
+        spreads = [s for b in (*base.values(), *cur.values()) if (s := relative_spread(b.repeats_s)) is not None]
+        return cls(median(spreads) if spreads else None, assumed)
+
+    def between(self, b: Bench, c: Bench) -> float:
+        """The between-run noise of one run of this case."""
+        own = [s for x in (b, c) if (s := relative_spread(x.repeats_s)) is not None]
+        if self.pooled is None and not own:
+            return self.assumed
+        return max([FLOOR, *own, *([self.pooled] if self.pooled is not None else [])])
+
+    def describe(self) -> str:
+        if self.pooled is None:
+            return (f"between-run noise assumed {self.assumed:.1%} per run (no repeats recorded: to measure it, add"
+                    " two repeats to the baseline with --attn-add-to-baseline)")
+        return f"between-run noise measured from repeats: median {self.pooled:.2%} per run (floor {FLOOR:.2%})"
+
+
+def side_sigma(bench: Bench, between: float) -> float:
+    """Relative noise of one run's median: within (its samples' CI) and between runs, over K repeats."""
+    within = bench.spread / Z95 if math.isfinite(bench.spread) else 1.0
+    repeats = max(1, len(bench.repeats_s))
+    return math.sqrt(within**2 + between**2 / repeats)
+
+
+def verdict(change: float, sigma: float, threshold: float) -> str:
+    """SLOWER, FASTER, SAME or AMBIGUOUS for a relative ``change`` with noise ``sigma`` (see the module)."""
+    limit = max(Z * sigma, threshold / 2)
+    if change >= limit:
+        return "SLOWER"
+    if change <= -limit:
+        return "FASTER"
+    if abs(change) < threshold / 2 and abs(change) + Z * sigma < threshold:
+        return "SAME"
+    return "AMBIGUOUS"
+
+
+@dataclass(frozen=True)
 class Comparison:
     name: str
     verdict: str
@@ -66,7 +152,9 @@ class Comparison:
     current: Bench | None
     change: float | None = None  # current / baseline - 1
     threshold: float | None = None
-    noise: float | None = None
+    noise: float | None = None  # Z x sigma: the change noise alone reaches once in ~740
+    cycles_change: float | None = None  # the same in clock cycles (time x SM clock), where both have clocks
+    notes: tuple[str, ...] = ()
 
     @property
     def entry(self) -> Bench:
@@ -75,24 +163,49 @@ class Comparison:
         return found
 
 
-def compare(base: Mapping[str, Bench], cur: Mapping[str, Bench], thresholds: Thresholds) -> list[Comparison]:
-    """Verdicts for every benchmark in either run, SLOWER first."""
+def _compare_one(name: str, b: Bench, c: Bench, thresholds: Thresholds, noise: Noise) -> Comparison:
+    change = c.median_s / b.median_s - 1
+    threshold = thresholds.for_bench(c)
+    sigma = math.hypot(side_sigma(b, noise.between(b, c)), side_sigma(c, noise.between(b, c)))
+    result = verdict(change, sigma, threshold)
+    cycles_change = c.cycles / b.cycles - 1 if b.cycles and c.cycles else None
+    notes = []
+    if result in ("SLOWER", "FASTER") and cycles_change is not None:
+        in_cycles = verdict(cycles_change, sigma, threshold)
+        if in_cycles != result:
+            clock = c.sm_clock_mhz / b.sm_clock_mhz - 1  # type: ignore[operator]
+            notes.append(f"{change:+.1%} in time but {cycles_change:+.1%} in cycles: the SM clock moved {clock:+.1%}"
+                         f" ({b.sm_clock_mhz:.0f} -> {c.sm_clock_mhz:.0f} MHz), so the GPU ran "
+                         f"{'slower' if clock < 0 else 'faster'}, not the code")
+            result = "CLOCK"
+    for side, bench in (("baseline", b), ("this run", c)):
+        if not bench.converged:
+            notes.append(f"{side} did not converge (time cap; its median's 95% CI is +-{bench.spread:.1%})")
+    return Comparison(name, result, b, c, change, threshold, Z * sigma, cycles_change, tuple(notes))
+
+
+def compare(base: Mapping[str, Bench], cur: Mapping[str, Bench], thresholds: Thresholds,
+            noise: Noise | None = None) -> list[Comparison]:
+    """Verdicts for every benchmark in either run, the failing kinds first."""
+    noise = noise or Noise.of(base, cur)
     out = []
     for name in sorted(set(base) | set(cur)):
         b, c = base.get(name), cur.get(name)
         if b is None:
             out.append(Comparison(name, "NEW", None, c))
-            continue
-        if c is None:
+        elif c is None:
             out.append(Comparison(name, "MISSING", b, None))
-            continue
-        change = c.median_s / b.median_s - 1
-        threshold, noise = thresholds.for_bench(c), b.spread + c.spread
-        limit = max(threshold, noise)
-        verdict = "SLOWER" if change > limit else "FASTER" if change < -limit else "SAME"
-        out.append(Comparison(name, verdict, b, c, change, threshold, noise))
+        else:
+            out.append(_compare_one(name, b, c, thresholds, noise))
     return sorted(out, key=lambda x: (VERDICTS.index(x.verdict), x.name))
 
 
-def regressions(comparisons: Iterable[Comparison]) -> list[Comparison]:
-    return [c for c in comparisons if c.verdict == "SLOWER"]
+def regressions(comparisons: Iterable[Comparison], fail_on: Iterable[str] = ("SLOWER",)) -> list[Comparison]:
+    """The comparisons whose verdict fails the run."""
+    failing = set(fail_on)
+    return [c for c in comparisons if c.verdict in failing]
+
+
+def matched(comparisons: Iterable[Comparison]) -> int:
+    """How many benchmarks both runs have."""
+    return sum(1 for c in comparisons if c.baseline is not None and c.current is not None)

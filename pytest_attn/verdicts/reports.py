@@ -13,7 +13,8 @@ from .gate import Comparison
 from .plots import write_plots
 from .table import fmt_time
 
-HEADER = ("benchmark", "baseline", "current", "change", "verdict", "TFLOP/s", "MFU")
+HEADER = ("benchmark", "baseline", "current", "change", "noise", "cycles", "verdict", "TFLOP/s", "MFU")
+EXPLAINED = ("SLOWER", "FASTER", "AMBIGUOUS", "CLOCK")
 
 
 def _row(c: Comparison) -> tuple[str, ...]:
@@ -23,6 +24,8 @@ def _row(c: Comparison) -> tuple[str, ...]:
         fmt_time(c.baseline.median_s) if c.baseline else "-",
         fmt_time(c.current.median_s) if c.current else "-",
         f"{c.change * 100:+.1f}%" if c.change is not None else "-",
+        f"+-{c.noise * 100:.1f}%" if c.noise is not None else "-",
+        f"{c.cycles_change * 100:+.1f}%" if c.cycles_change is not None else "-",
         c.verdict,
         f"{e.tflops:.1f}" if isinstance(e.tflops, (int, float)) else "n/a",
         f"{e.mfu * 100:.1f}%" if isinstance(e.mfu, (int, float)) else "n/a",
@@ -43,26 +46,42 @@ def terminal_lines(comparisons: Sequence[Comparison], baseline: str, notes: Sequ
     lines += ["  " + "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in
                                 enumerate(zip(r, widths, strict=True))) for r in rows]
     for c in comparisons:
-        if c.verdict not in ("SLOWER", "FASTER") or c.change is None or c.noise is None or c.threshold is None:
-            continue
-        lines.append(f"  {c.verdict.lower()}: {c.name.split('::')[-1]} moved {c.change * 100:+.1f}% (threshold"
-                     f" {c.threshold * 100:.1f}%, noise of both runs {c.noise * 100:.1f}%)")
+        if c.verdict in EXPLAINED or c.notes:
+            lines.append(f"  {c.verdict}: {c.name.split('::')[-1]}: {explain(c)}")
     lines += [f"  note: {n}" for n in notes]
     return lines
 
 
-def markdown(comparisons: Sequence[Comparison], baseline: str, notes: Sequence[str] = ()) -> str:
+def explain(c: Comparison) -> str:
+    """Why a comparison got its verdict, with the numbers."""
+    parts = []
+    if c.change is not None and c.noise is not None and c.threshold is not None:
+        parts.append(f"moved {c.change * 100:+.1f}% against noise of +-{c.noise * 100:.1f}% (3 sigma, both runs) and a"
+                     f" threshold of {c.threshold * 100:.1f}%")
+        if c.verdict == "AMBIGUOUS":
+            parts.append("the noise cannot tell a change of the threshold from none: add repeats to the baseline"
+                         " (--attn-add-to-baseline), measure longer (--attn-max-time) or lock the clocks")
+    return "; ".join([*parts, *c.notes])
+
+
+def markdown(comparisons: Sequence[Comparison], baseline: str, notes: Sequence[str] = (),
+             fail_on: Sequence[str] = ("SLOWER",)) -> str:
     out = io.StringIO()
-    slower = sum(c.verdict == "SLOWER" for c in comparisons)
-    out.write(f"### pytest-attn: {'regression' if slower else 'no regression'} ({counts(comparisons)})\n\n")
+    failing = sum(c.verdict in fail_on for c in comparisons)
+    out.write(f"### pytest-attn: {'regression' if failing else 'no regression'} ({counts(comparisons)})\n\n")
     out.write(f"Baseline: `{baseline}`\n\n")
     out.write("| " + " | ".join(HEADER) + " |\n|" + "---|" * len(HEADER) + "\n")
     for c in comparisons:
         cells = list(_row(c))
         cells[0] = f"`{cells[0]}`"
-        if c.verdict == "SLOWER":
-            cells[4] = "**SLOWER**"
+        if c.verdict in fail_on:
+            cells[6] = f"**{c.verdict}**"
         out.write("| " + " | ".join(cells) + " |\n")
+    explained = [c for c in comparisons if c.verdict in EXPLAINED or c.notes]
+    if explained:
+        out.write("\n")
+    for c in explained:
+        out.write(f"- `{c.name.split('::')[-1]}` {c.verdict}: {explain(c)}\n")
     for n in notes:
         out.write(f"\n> {n}\n")
     return out.getvalue()
@@ -72,22 +91,23 @@ def csv_text(comparisons: Sequence[Comparison]) -> str:
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(["benchmark", "group", "backend", "baseline_s", "current_s", "change", "verdict", "threshold",
-                     "noise", "tflops", "mfu"])
+                     "noise", "cycles_change", "tflops", "mfu", "notes"])
     for c in comparisons:
         e = c.entry
         writer.writerow([c.name, e.group, e.backend, c.baseline.median_s if c.baseline else "",
                          c.current.median_s if c.current else "", "" if c.change is None else f"{c.change:.6f}",
                          c.verdict, "" if c.threshold is None else c.threshold, "" if c.noise is None else c.noise,
-                         "" if e.tflops is None else e.tflops, "" if e.mfu is None else e.mfu])
+                         "" if c.cycles_change is None else f"{c.cycles_change:.6f}",
+                         "" if e.tflops is None else e.tflops, "" if e.mfu is None else e.mfu, "; ".join(c.notes)])
     return out.getvalue()
 
 
 def write_reports(folder: Path, comparisons: Sequence[Comparison], baseline: str, records: Sequence[Record],
-                  notes: Sequence[str] = ()) -> list[str]:
+                  notes: Sequence[str] = (), fail_on: Sequence[str] = ("SLOWER",)) -> list[str]:
     """Write summary.md, results.csv and the plots of ``records`` into ``folder``; returns what was
     written (or why a plot was not)."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "summary.md").write_text(markdown(comparisons, baseline, notes))
+    (folder / "summary.md").write_text(markdown(comparisons, baseline, notes, fail_on))
     (folder / "results.csv").write_text(csv_text(comparisons))
     written = [str(folder / "summary.md"), str(folder / "results.csv")]
     written += write_plots(folder, records)

@@ -9,6 +9,7 @@ with what they hold: a median, and a spread from pytest-attn's ``precision`` or 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -27,16 +28,30 @@ class Bench:
     tflops: float | None = None
     mfu: float | None = None
     record: Record | None = None
+    repeats_s: tuple[float, ...] = ()  # the medians of independent runs (--attn-add-to-baseline), when known
+    sm_clock_mhz: float | None = None  # the median SM clock while sampling
+    stop_reason: str = ""  # "precision", "time-cap" or "sample-cap" ("" when not recorded)
+
+    @property
+    def converged(self) -> bool:
+        """False when sampling stopped at its time cap before the precision target."""
+        return self.stop_reason != "time-cap"
+
+    @property
+    def cycles(self) -> float | None:
+        """Median time x median SM clock: the figure with the clock's speed taken out."""
+        return self.median_s * self.sm_clock_mhz * 1e6 if self.sm_clock_mhz else None
 
 
 def _finite(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
-def bench_of(record: Record) -> Bench:
+def bench_of(record: Record, median_s: float | None = None) -> Bench:
     """A record as a benchmark (the current run, before pytest-benchmark wrote anything)."""
-    return Bench(record.name, record.case.group, record.case.backend, record.median_s,
-                 _finite(record.timing.precision) or 0.0, record.figures.tflops, record.figures.mfu_datasheet, record)
+    return Bench(record.name, record.case.group, record.case.backend, median_s or record.median_s,
+                 _finite(record.timing.precision) or 0.0, record.figures.tflops, record.figures.mfu_datasheet, record,
+                 record.timing.repeats_s, record.clocks.sm_clock_mhz, record.timing.stop_reason)
 
 
 def _bench(raw: Mapping[str, Any]) -> Bench:
@@ -44,16 +59,15 @@ def _bench(raw: Mapping[str, Any]) -> Bench:
     name = raw.get("fullname") or raw["name"]
     median = float(stats["median"])
     if is_record(info):
-        record = Record.from_json(info)
-        return Bench(name, raw.get("group") or record.case.group, record.case.backend, median,
-                     _finite(record.timing.precision) or 0.0, record.figures.tflops, record.figures.mfu_datasheet,
-                     record)
+        bench = bench_of(Record.from_json(info), median)
+        return dataclasses.replace(bench, name=name, group=raw.get("group") or bench.group)
     spread = _finite(info.get("precision"))
     if spread is None:
         iqr = _finite(stats.get("iqr"))
         spread = iqr / 2 / median if iqr is not None and median > 0 else 0.0
     return Bench(name, raw.get("group") or "", str(info.get("backend", "")), median, spread,
-                 _finite(info.get("tflops")), _finite(info.get("mfu_datasheet")))
+                 _finite(info.get("tflops")), _finite(info.get("mfu_datasheet")),
+                 sm_clock_mhz=_finite(info.get("sm_clock_mhz")), stop_reason=str(info.get("stop_reason") or ""))
 
 
 def benches(run: Mapping[str, Any]) -> dict[str, Bench]:

@@ -1,0 +1,244 @@
+"""The gate end to end on a CPU run, deterministic: a back end whose calls advance a fake clock (the CPU
+timer reads it) by a steady 1 ms, and an injected slowdown whose calibrated work advances it too. So a
+busy machine cannot turn these red or green: the real-time version runs in .ci/run.
+
+Baselines keyed by the CPU model, repeats added, a clean rerun SAME, 5 % injected SLOWER, --attn-fail-on,
+a baseline of another device refused, a run that matches nothing failed, and runs cut short marked as
+partial and skipped by a bare --benchmark-compare."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.slow
+
+from pytest_attn.engine import probe, slowed, timers  # noqa: E402
+
+CONFTEST = '''
+import os
+import random
+
+import torch.nn.functional as F
+
+from pytest_attn.engine import timers
+
+
+class Steady:
+    """SDPA math, timed on the fake clock: 1 ms per call and a little, +-0.2 %."""
+
+    name = "steady"
+    description = "SDPA math on a fake clock"
+    layout = "bhsd"
+    needs_cuda = False
+    has_backward = False
+    default_enabled = False
+    empty_rows = "any"
+
+    def available(self):
+        return None
+
+    def supports(self, case, device):
+        if case.dtype != "fp32" or case.ragged or case.mask.kind not in ("none", "causal"):
+            return "fp32, dense, no mask or causal only"
+        if case.mask.kind == "causal" and case.seqlens_q != case.seqlens_k and max(case.seqlens_q) > 1:
+            return "SDPA's is_causal is top-left aligned"
+        return None
+
+    def workspace_bytes(self, case):
+        return 0
+
+    def prepare(self, case, inputs):
+        rng = random.Random(case.id)
+        q, k, v = inputs.q, inputs.k, inputs.v
+        causal = case.mask.kind == "causal" and case.seqlens_q == case.seqlens_k  # one query sees every key
+        base = 1e-3 * (1 + case.total_q / 1000)
+
+        def forward():
+            timers.CPU_CLOCK.advance(base * (1 + rng.gauss(0, 0.002)))
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=case.scale,
+                                                  enable_gqa=case.heads_q != case.heads_kv)
+
+        return forward
+
+
+def pytest_attn_register_backends(registry, config):
+    registry.register(Steady())
+'''
+
+SUITE = '''
+import os
+
+from pytest_attn.plugin import attn_cases
+
+
+def pytest_generate_tests(metafunc):
+    for name, kind in (("case", "prefill"), ("decode_case", "decode")):
+        if name in metafunc.fixturenames:
+            cases = attn_cases(metafunc.config, kind)
+            metafunc.parametrize(name, cases, ids=[c.id for c in cases])
+
+
+def test_attn(attn_bench, case):
+    attn_bench(case)
+
+
+def test_stop():
+    if os.environ.get("STOP_HERE") == "ctrl-c":
+        raise KeyboardInterrupt
+    assert os.environ.get("STOP_HERE") != "fail"
+
+
+def test_decode(attn_bench, decode_case):
+    attn_bench(decode_case)
+'''
+
+ARGS = ["-p", "no:cacheprovider", "--attn-profile=cpu", "--attn-backends=steady", "--attn-dtypes=fp32",
+        "--attn-directions=fwd", "--attn-max-time=0.2", "--attn-baselines-dir=b"]
+KEY = "cpu-test-cpu-9000"
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def advance(self, seconds):
+        self.now += seconds
+
+
+class ClockWork:
+    """The injection's matmuls on the fake clock: a size^2 product takes 1e-10 x size^2 seconds."""
+
+    def __init__(self, clock):
+        self.clock = clock
+
+    def unit_seconds(self, size):
+        return 1e-10 * size**2
+
+    def runner(self, plan):
+        return lambda: self.clock.advance(plan.repeats * self.unit_seconds(plan.size))
+
+    def step_seconds(self, step):
+        t0 = self.clock()
+        step()
+        return self.clock() - t0
+
+
+@pytest.fixture
+def run(pytester, monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(timers, "CPU_CLOCK", clock)
+    monkeypatch.setattr(slowed, "WORK_FACTORY", lambda device: ClockWork(clock))
+    monkeypatch.setattr(probe, "cpu_model", lambda: "Test CPU 9000")
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_suite=SUITE)
+    return lambda *extra, **kwargs: pytester.runpytest(*ARGS, *extra, **kwargs)
+
+
+def _baseline(run, pytester, repeats=3):
+    saved = run("--attn-save-baseline")
+    assert saved.ret == pytest.ExitCode.OK
+    count = len(json.loads((pytester.path / "b" / KEY / "baseline.json").read_text())["benchmarks"])
+    saved.stdout.fnmatch_lines([f"saved {count} results as the baseline for CPU Test CPU 9000: *b/{KEY}/baseline.json"])
+    for _ in range(repeats - 1):
+        added = run("--attn-add-to-baseline")
+        added.stdout.fnmatch_lines([f"*(a repeat added to {count} cases)"])
+    return count
+
+
+def test_a_clean_rerun_is_same_and_five_percent_injected_is_slower(run, pytester):
+    count = _baseline(run, pytester)
+    clean = run()
+    assert clean.ret == pytest.ExitCode.OK
+    clean.stdout.fnmatch_lines([f"against */b/{KEY}/baseline.json: {count} SAME",
+                                "*between-run noise measured from repeats*"])
+    slower = run("--attn-inject-slowdown=5%", "--attn-report=rep")
+    assert slower.ret == pytest.ExitCode.TESTS_FAILED
+    slower.stdout.fnmatch_lines([f"against */b/{KEY}/baseline.json: {count} SLOWER",
+                                 "  SLOWER: test_attn?steady-*: moved +5.*% against noise of +-*",
+                                 f"failed: {count} SLOWER (--attn-fail-on=slower)"])
+    summary = (pytester.path / "rep" / "summary.md").read_text()
+    assert summary.startswith(f"### pytest-attn: regression ({count} SLOWER)")
+    assert (pytester.path / "rep" / "results.csv").exists()
+    loose = run("--attn-inject-slowdown=5%", "--attn-threshold-for=backend:steady=30%")
+    assert loose.ret == pytest.ExitCode.OK
+
+
+def test_without_repeats_the_cpu_noise_is_assumed_and_five_percent_is_not_called(run, pytester):
+    count = _baseline(run, pytester, repeats=1)
+    slower = run("--attn-inject-slowdown=5%")
+    slower.stdout.fnmatch_lines([f"*: {count} AMBIGUOUS",
+                                 "*between-run noise assumed 5.0% per run*--attn-add-to-baseline*"])
+    assert slower.ret == pytest.ExitCode.OK
+    assert run("--attn-inject-slowdown=5%", "--attn-fail-on=slower,ambiguous").ret == pytest.ExitCode.TESTS_FAILED
+    assert run("--attn-inject-slowdown=50%").ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_missing_cases_fail_when_asked_and_a_run_matching_nothing_fails(run, pytester):
+    count = _baseline(run, pytester)
+    fewer = run("-k", "tiny-mha")
+    fewer.stdout.fnmatch_lines([f"*1 SAME, {count - 1} MISSING*"])
+    assert fewer.ret == pytest.ExitCode.OK
+    assert run("-k", "tiny-mha", "--attn-fail-on=missing").ret == pytest.ExitCode.TESTS_FAILED
+    pytester.makepyfile(test_other=SUITE)
+    other = run("test_other.py")
+    assert other.ret == pytest.ExitCode.TESTS_FAILED
+    other.stdout.fnmatch_lines([f"error: no case of this run is in the baseline */b/{KEY}/baseline.json ({count} cases"
+                                f" there, {count} here): nothing was compared*"])
+
+
+def test_a_baseline_of_another_device_is_refused_with_both_names(run, pytester):
+    _baseline(run, pytester, repeats=1)
+    data = json.loads((pytester.path / "b" / KEY / "baseline.json").read_text())
+    data["machine_info"]["attn_fingerprint"].update(gpu="NVIDIA H200", kind="cuda", sm_count=132)
+    (pytester.path / "h200.json").write_text(json.dumps(data))
+    result = run("--attn-baseline=h200.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stdout.fnmatch_lines(["error: baseline h200.json was recorded on NVIDIA H200; this run is on CPU Test CPU"
+                                 " 9000 (kind: cuda (baseline) -> cpu (this run)*): not compared*"])
+    (pytester.path / "broken.json").write_text("{")
+    broken = run("--attn-baseline=broken.json")
+    assert broken.ret == pytest.ExitCode.USAGE_ERROR  # at start-up: nothing measured first
+    broken.stderr.fnmatch_lines(["*--attn-baseline: baseline broken.json is not valid JSON*"])
+    assert "passed" not in broken.stdout.str()
+    missing = run("--attn-baseline=nowhere.json")
+    missing.stderr.fnmatch_lines(["*--attn-baseline: baseline nowhere.json cannot be read*"])
+
+
+def test_an_interrupted_run_is_marked_partial_and_a_bare_compare_skips_it(run, pytester, monkeypatch):
+    assert run("--benchmark-autosave").ret == pytest.ExitCode.OK
+    monkeypatch.setenv("STOP_HERE", "ctrl-c")
+    stopped = run("--benchmark-autosave", "--attn-save-baseline", no_reraise_ctrlc=True)
+    assert stopped.ret == pytest.ExitCode.INTERRUPTED
+    stopped.stdout.fnmatch_lines(["this run is partial (interrupted (Ctrl-C or a signal), 2 of * cases measured)*",
+                                  "*--attn-save-baseline: nothing saved: the run was interrupted*"])
+    monkeypatch.delenv("STOP_HERE")
+    saved = sorted((pytester.path / ".benchmarks").glob("*/*.json"))
+    assert len(saved) == 2
+    assert "attn_partial" not in json.loads(saved[0].read_text())
+    mark = json.loads(saved[1].read_text())["attn_partial"]
+    assert mark["reason"] == "interrupted (Ctrl-C or a signal)" and mark["cases_measured"] == 2
+    assert mark["cases_selected"] > 3  # the decode cases after the stop never ran
+    compared = run("--benchmark-compare")
+    assert compared.ret == pytest.ExitCode.OK
+    compared.stdout.fnmatch_lines([f"--benchmark-compare: the newest saved run {saved[1].stem} is partial"
+                                   f" (interrupted (Ctrl-C or a signal), 2 of * cases measured); compared with"
+                                   f" {saved[0].stem}, the newest complete one*"])
+    named = run("--benchmark-compare=0002")
+    named.stdout.fnmatch_lines([f"--benchmark-compare=0002: {saved[1].stem} is a partial run*"])
+
+
+def test_a_run_stopped_by_x_is_partial_and_one_that_ran_to_its_end_is_not(run, pytester, monkeypatch):
+    monkeypatch.setenv("STOP_HERE", "fail")
+    stopped = run("-x", "--benchmark-json=out.json")
+    assert stopped.ret == pytest.ExitCode.TESTS_FAILED
+    mark = json.loads((pytester.path / "out.json").read_text())["attn_partial"]
+    assert mark["reason"].startswith("stopped early (stopping after 1 failures") and mark["cases_measured"] == 2
+    failed = run("--benchmark-json=out.json")  # the failure without -x: every case ran
+    assert failed.ret == pytest.ExitCode.TESTS_FAILED
+    assert "attn_partial" not in json.loads((pytester.path / "out.json").read_text())
