@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 from pytest_attn.backends.flash_attn import FA3, FA4, FlashAttnFunc, FlashAttnKvcache, FlashAttnVarlen  # noqa: E402
 from pytest_attn.core import masks  # noqa: E402
-from pytest_attn.core.case import AttnCase, Mask  # noqa: E402
+from pytest_attn.core.case import AttnCase, KvCache, Mask  # noqa: E402
 from pytest_attn.engine.inputs import make_inputs  # noqa: E402
 from pytest_attn.oracle.checks import check_rows  # noqa: E402
 from pytest_attn.oracle.reference import attention_rows  # noqa: E402
@@ -45,11 +45,15 @@ def test_flash_attn_supports_reasons():
         dense("flash-attn", mask=masks.document((8, 8))), H100)
     assert fa.supports(dense("flash-attn", mask=Mask.window(4, 0)), H100) is None
     ragged = AttnCase("flash-attn-kvcache", "r", (1, 1), (5, 9), 4, 4, 64, 64)
-    assert FlashAttnKvcache().supports(ragged, H100) == (
-        "flash_attn_with_kvcache takes a dense batch; this case is ragged (use flash-attn-varlen)")
+    assert FlashAttnKvcache().supports(ragged, H100) is None  # ragged caches: cache_seqlens
     assert FlashAttnVarlen().supports(ragged, H100) is None
+    ragged_q = AttnCase("flash-attn-kvcache", "r", (1, 2), (5, 9), 4, 4, 64, 64)
+    assert FlashAttnKvcache().supports(ragged_q, H100) == (
+        "flash_attn_with_kvcache takes the same number of queries per request (use flash-attn-varlen)")
     assert FlashAttnKvcache().supports(dense("x", 8, 4), H100) == (
-        "flash_attn_with_kvcache needs seqlen_q <= the cache length")
+        "flash_attn_with_kvcache needs seqlen_q <= each request's cache length")
+    slots = AttnCase("flash-attn-paged", "r", (1, 1), (5, 9), 4, 4, 64, 64, cache=KvCache(16, 1, 4))
+    assert "cache_batch_idx is for dense caches" in FlashAttnKvcache(paged=True).supports(slots, H100)
     assert FlashAttnFunc(FA3).supports(dense("fa3"), A100) == (
         "flash-attn 3 (flash_attn_interface) runs on sm90 only; this GPU is sm80")
     assert FlashAttnFunc(FA3).supports(dense("fa3", dtype="fp8", direction="fwd+bwd"), H100) == (
@@ -85,3 +89,78 @@ def test_flash_attn_prepare_passes_flags_by_keyword(monkeypatch, mask, expected)
     out = FlashAttnFunc().prepare(c, inputs)()
     assert calls[-1] == {**expected, "softmax_scale": c.scale}
     assert check_rows(c, inputs, out, "bshd").ok  # bottom-right alignment with sq != sk
+
+
+def _fake_kvcache(calls, *, fault=""):
+    """flash_attn_with_kvcache as documented, in PyTorch: new keys written at cache_seqlens (through the
+    block table, or the row cache_batch_idx names), then attention over each request's keys, causal
+    aligned bottom-right. ``fault`` plants a library bug: "first_seqlen" reads every request with the
+    first request's cache length."""
+
+    def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, cache_batch_idx=None,
+                                block_table=None, softmax_scale=None, causal=False, window_size=(-1, -1),
+                                num_splits=0):
+        calls.append({"paged": block_table is not None, "batch_idx": cache_batch_idx is not None,
+                      "append": k is not None, "num_splits": num_splits})
+        b, sq = q.shape[:2]
+        lens = cache_seqlens.tolist()
+        if fault == "first_seqlen":
+            lens = [lens[0]] * b
+
+        def slot(i, p):  # where position p of request i lives
+            if block_table is not None:
+                page = k_cache.shape[1]
+                return int(block_table[i, p // page]), p % page
+            return int(cache_batch_idx[i]) if cache_batch_idx is not None else i, p
+
+        outs = []
+        for i in range(b):
+            for j in range(k.shape[1] if k is not None else 0):
+                k_cache[slot(i, lens[i] + j)] = k[i, j]
+                v_cache[slot(i, lens[i] + j)] = v[i, j]
+            n = lens[i] + (k.shape[1] if k is not None else 0)
+            keys = torch.stack([k_cache[slot(i, p)] for p in range(n)])
+            values = torch.stack([v_cache[slot(i, p)] for p in range(n)])
+            one = AttnCase(backend="x", shape="s", seqlens_q=(sq,), seqlens_k=(n,), heads_q=q.shape[2],
+                           heads_kv=k_cache.shape[-2], head_dim_qk=q.shape[3], head_dim_v=q.shape[3], dtype="fp32",
+                           mask=Mask.causal() if causal else Mask.none(), softmax_scale=softmax_scale)
+            outs.append(attention_rows(q[i], keys, values, one, None, torch.float32))
+        return torch.stack(outs)
+
+    return types.SimpleNamespace(flash_attn_with_kvcache=flash_attn_with_kvcache, __name__="flash_attn")
+
+
+SERVING = dict(backend="flash-attn-kvcache", shape="serve", seqlens_q=(1, 1, 1), seqlens_k=(1, 300, 257), heads_q=4,
+               heads_kv=2, head_dim_qk=16, head_dim_v=16, dtype="fp32", mask=Mask.causal())
+
+
+@pytest.mark.parametrize(("backend", "cache", "expected"), [
+    (FlashAttnKvcache(), None, {"paged": False, "batch_idx": False, "append": False, "num_splits": 0}),
+    (FlashAttnKvcache(num_splits=1), KvCache(320, 1), {"paged": False, "batch_idx": False, "append": True,
+                                                       "num_splits": 1}),
+    (FlashAttnKvcache(), KvCache(320, 1, 5), {"paged": False, "batch_idx": True, "append": True, "num_splits": 0}),
+    (FlashAttnKvcache(paged=True), KvCache(512, 1), {"paged": True, "batch_idx": False, "append": True,
+                                                      "num_splits": 0}),
+], ids=["full-caches", "append-split1", "shuffled-rows", "paged-append"])
+def test_kvcache_passes_ragged_lengths_appends_rows_and_pages(monkeypatch, backend, cache, expected):
+    from pytest_attn.oracle.cache import check_cache
+
+    calls: list[dict] = []
+    monkeypatch.setitem(sys.modules, "flash_attn", _fake_kvcache(calls))
+    case = AttnCase(**{**SERVING, "backend": backend.name}, cache=cache)
+    inputs = make_inputs(case, backend.layout, "cpu")
+    call = backend.prepare(case, inputs)
+    out = call()
+    assert calls[-1] == expected
+    assert check_rows(case, inputs, out, "thd").ok  # every request against its own keys
+    assert check_cache(case, inputs.k, inputs.v, call.cache) is None
+
+
+def test_a_library_that_ignores_cache_seqlens_past_the_first_request_is_caught(monkeypatch):
+    monkeypatch.setitem(sys.modules, "flash_attn", _fake_kvcache([], fault="first_seqlen"))
+    case = AttnCase(**SERVING, cache=KvCache(320, 1))
+    inputs = make_inputs(case, "thd", "cpu")
+    call = FlashAttnKvcache().prepare(case, inputs)
+    out = call()
+    rows = check_rows(case, inputs, out, "thd")
+    assert not rows.ok and rows.worst.startswith(("sequence 1", "sequence 2"))  # the requests after the first

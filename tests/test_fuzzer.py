@@ -146,7 +146,7 @@ def test_a_relation_refused_with_one_mask_is_still_fuzzed_with_the_masks_it_take
     fuzzer = Fuzzer(Registry([FlashLike("none")]), CPU, dtypes=("fp32",))
     space = fuzzer.space("planted", "fwd")
     kinds = space.relation_kinds()
-    assert set(kinds) == {"self", "prefix", "decode", "cross"}
+    assert set(kinds) == {"self", "prefix", "decode", "cross", "serving"}
     assert kinds["prefix"] == ("none",) and "causal" in kinds["self"]
 
 

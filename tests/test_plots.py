@@ -45,7 +45,19 @@ def test_throughput_plot_keeps_decode_steps_apart_from_prefill():
     assert list(decode) == [(PANELS[1], "sdpa-cudnn", "fwd")] and [x for x, _ in decode[next(iter(decode))]] == [
         256, 4096]
     assert set(prefill) == {(PANELS[0], "flash-attn", "fwd"), (PANELS[0], "flash-attn", "fwd+bwd")}
-    assert max(y for xy in decode.values() for _, y in xy) < 50 < min(y for xy in prefill.values() for _, y in xy)
+    # the decode panel plots TB/s (memory-bound), the prefill panel TFLOP/s
+    decode_records = [r for r in _records() if r.case.backend == "sdpa-cudnn"]
+    assert sorted(y for xy in decode.values() for _, y in xy) == sorted(r.figures.tbps for r in decode_records)
+    assert min(y for xy in prefill.values() for _, y in xy) > 50
+
+
+def test_a_serving_batch_sits_at_its_mean_length():
+    from pytest_attn.core.catalog import SERVING
+
+    mix = SERVING[0]
+    r = record("flash-attn-kvcache", 1e-3, case=mix.case("flash-attn-kvcache", "bf16", Mask.causal(), "fwd"))
+    [p] = points([r])
+    assert p.panel == PANELS[1] and p.keys == round(sum(mix.seqlens_k) / mix.batch) < max(mix.seqlens_k)
 
 
 def test_roofline_prefers_the_measured_ceilings():

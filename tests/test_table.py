@@ -75,3 +75,16 @@ def test_a_clock_that_fell_while_sampling_is_flagged():
     assert "the SM clock fell 9.5% while it was sampled (1980 -> 1800 MHz at the extremes" in note
     steady = record("flash-attn", 1e-3, clocks=(1980, 1965, 1980, 1980, 1965, 1980))
     assert not [n for n in result_notes(steady) if "fell" in n]
+
+
+def test_a_memory_bound_problem_reads_tb_per_s_against_the_copy_ceiling_first():
+    from pytest_attn.core.case import Mask
+    from pytest_attn.core.catalog import QWEN25_7B, decode_shape
+
+    case = decode_shape(QWEN25_7B, 4096, 64).case("flash-attn-kvcache", "bf16", Mask.causal(), "fwd")
+    decode = record("flash-attn-kvcache", 100e-6, case=case)
+    assert decode.figures.bound == "memory"
+    header = next(line for line in render([decode], H200) if line.strip().startswith("backend"))
+    assert header.split()[:9] == ["backend", "median", "±95%", "vs", "best", "speedup", "TB/s", "of", "ceil"]
+    prefill = next(line for line in render([record("flash-attn", 1e-3)], H200) if line.strip().startswith("backend"))
+    assert prefill.split()[6] == "TFLOP/s"

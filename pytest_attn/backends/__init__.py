@@ -17,13 +17,15 @@ from .flashinfer import PREFILL_BACKENDS
 from .flashinfer_paged import PAGED_BACKENDS
 from .reference import ReferenceBackend
 from .torch_flex import FlexBackend
+from .torch_padded import SdpaPaddedBackend
 from .torch_sdpa import SDPA_BACKENDS, SdpaBackend, SdpaLoopBackend
 from .torch_varlen import VarlenBackend
 
 
 def builtin_registry() -> Registry:
     """A fresh registry holding the built-in back ends (library ones skip where not installed)."""
-    return Registry([*SDPA_BACKENDS, FlexBackend(), VarlenBackend(), SdpaLoopBackend(), *FLASH_ATTN_BACKENDS,
+    return Registry([*SDPA_BACKENDS, FlexBackend(), VarlenBackend(), SdpaLoopBackend(), SdpaPaddedBackend(),
+                     *FLASH_ATTN_BACKENDS,
                      *PREFILL_BACKENDS[:2], *PAGED_BACKENDS, *PREFILL_BACKENDS[2:],
                      ReferenceBackend()])
 

@@ -30,7 +30,7 @@ from ..core.device import DeviceInfo
 from ..core.layouts import Inputs
 from ..core.masks import flag_form
 from .base import ForwardFn, Unsupported, call_or_unsupported
-from .paged import paged_cache, pages_bytes
+from .kvcache import CachedCall, DenseCache, PagedCache, cache_bytes, cache_of, dense_cache, paged_cache, per_request
 from .signature import matched_kwargs
 
 PAGE = 256  # flash-attn's paged KV cache needs page_block_size to be a multiple of 256
@@ -183,12 +183,15 @@ class FlashAttnVarlen(_FlashAttn):
 
 @dataclass(frozen=True)
 class FlashAttnKvcache(_FlashAttn):
-    """``flash_attn_with_kvcache``: ``num_splits`` 0 (the split-KV heuristic) or 1, dense or paged."""
+    """``flash_attn_with_kvcache``: ``num_splits`` 0 (the split-KV heuristic) or 1, dense or paged. A
+    serving batch: each request's own cache length (``cache_seqlens``), new tokens written into the cache
+    by the call (``k=``, ``v=``), requests in shuffled cache rows (``cache_batch_idx``, dense only)."""
 
     num_splits: int = 0
     paged: bool = False
 
     function: ClassVar[str] = "flash_attn_with_kvcache"
+    layout: ClassVar[str] = "thd"  # packed: the cache is built per request from the case's own keys
     only_suites: ClassVar[tuple[str, ...]] = ("decode",)
 
     @property
@@ -202,26 +205,59 @@ class FlashAttnKvcache(_FlashAttn):
         return f"{self.gen.module}.{self.function} ({how})"
 
     def _refuses(self, case: AttnCase) -> str | None:
-        if case.max_seqlen_q > case.max_seqlen_k:
-            return f"{self.function} needs seqlen_q <= the cache length"
-        return super()._refuses(case)
+        if len(set(case.seqlens_q)) > 1:
+            varlen = FlashAttnVarlen(self.gen).name
+            return f"{self.function} takes the same number of queries per request (use {varlen})"
+        if any(q > k for q, k in zip(case.seqlens_q, case.seqlens_k, strict=True)):
+            return f"{self.function} needs seqlen_q <= each request's cache length"
+        if self.paged and case.cache is not None and case.cache.slots:
+            return f"{self.name} maps requests to pages by its block table; cache_batch_idx is for dense caches"
+        return None
 
     def workspace_bytes(self, case: AttnCase) -> int:
-        if not self.paged:
-            return 0
-        return pages_bytes(case.seqlens_k, PAGE, case.heads_kv, case.head_dim_qk, case.elem_bytes)
+        return cache_bytes(case, PAGE if self.paged else None)
 
-    def _arguments(self, case: AttnCase, inputs: Inputs) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def prepare(self, case: AttnCase, inputs: Inputs) -> ForwardFn:
         import torch
 
-        q, k, v = inputs.q, inputs.k, inputs.v
-        wanted: dict[str, Any] = {
-            "cache_seqlens": torch.tensor(case.seqlens_k, dtype=torch.int32, device=q.device),
-            "num_splits": self.num_splits}
-        if not self.paged:
-            return (q, k, v), wanted
-        k_pages, v_pages, table = paged_cache(k, v, PAGE, seed=0)
-        return (q, k_pages, v_pages), {**wanted, "block_table": table}
+        fn = getattr(self._module(), self.function)
+        b, sq = case.batch, case.seqlens_q[0]
+        q = inputs.q.reshape(b, sq, *inputs.q.shape[1:])
+        cache: DenseCache | PagedCache
+        if self.paged:
+            cache = paged_cache(case, inputs.k, inputs.v, PAGE)
+            cached = torch.tensor(cache_of(case).cached(case.seqlens_k), dtype=torch.int32, device=q.device)
+            wanted: dict[str, Any] = {"block_table": cache.table}
+        else:
+            cache = dense_cache(case, inputs.k, inputs.v)
+            cached = cache.cached
+            wanted = {"cache_batch_idx": cache.batch_idx} if cache.batch_idx is not None else {}
+        new = _new_tokens(case, inputs)
+        if new is not None:
+            wanted.update(k=new[0], v=new[1])
+        wanted.update(cache_seqlens=cached, num_splits=self.num_splits)
+        kwargs = matched_kwargs(fn, {"softmax_scale": case.scale, **mask_kwargs(case), **wanted},
+                                droppable=FLAG_DEFAULTS)
+        k_cache, v_cache = cache.k, cache.v
+
+        def forward() -> Any:
+            out = fn(q, k_cache, v_cache, **kwargs)
+            out = out[0] if isinstance(out, tuple) else out
+            return out.reshape(b * sq, *out.shape[2:])  # back to the packed layout
+
+        call = CachedCall(forward, cache.view())
+        call_or_unsupported(self.name, call)
+        return call
+
+
+def _new_tokens(case: AttnCase, inputs: Inputs) -> tuple[Any, Any] | None:
+    """The appended keys and values as ``(batch, append, heads_kv, d)``: each request's last packed keys."""
+    import torch
+
+    append = case.cache.append if case.cache is not None else 0
+    if not append:
+        return None
+    return tuple(torch.stack([p[-append:] for p in per_request(case, t)]) for t in (inputs.k, inputs.v))  # type: ignore[return-value]
 
 
 FLASH_ATTN_BACKENDS: tuple[_FlashAttn, ...] = (

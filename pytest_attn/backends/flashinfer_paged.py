@@ -10,6 +10,7 @@ serving engine's allocator leaves it (:mod:`.paged` builds it, once, outside the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -17,7 +18,7 @@ from ..core.case import AttnCase
 from ..core.layouts import Inputs, torch_dtype
 from .base import ForwardFn, library_refusal
 from .flashinfer import FlashInferCall, fi_kwargs, window_flags, workspace
-from .paged import paged_kv, pages_bytes
+from .kvcache import CachedCall, PagedCache, cache_bytes, cache_of, paged_cache, per_request
 
 
 @dataclass(frozen=True)
@@ -27,22 +28,48 @@ class _FlashInferPagedBase(FlashInferCall):
     only_suites: ClassVar[tuple[str, ...]] = ("decode",)
 
     def _refuses(self, case: AttnCase) -> str | None:
+        if case.cache is not None and case.cache.slots:
+            return f"{self.name} maps requests to pages by its index arrays; shuffled cache rows are a dense-cache idea"
         return self._flags_or_refuse(case)
 
     def workspace_bytes(self, case: AttnCase) -> int:
-        return super().workspace_bytes(case) + pages_bytes(case.seqlens_k, self.page_size, case.heads_kv,
-                                                           case.head_dim_qk, case.elem_bytes)
+        return super().workspace_bytes(case) + cache_bytes(case, self.page_size)
 
-    def _paged_plan(self, case: AttnCase, inputs: Inputs) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        """The paged copy of k and v, its index arrays, and the keywords every paged plan() takes."""
-        k_pages, v_pages, indptr, indices, last = paged_kv(inputs.k, inputs.v, case.seqlens_k, self.page_size)
+    def _paged_plan(self, case: AttnCase, inputs: Inputs) -> tuple[PagedCache, dict[str, Any]]:
+        """The paged cache (its index arrays describe every request after the call's append) and the
+        keywords every paged plan() takes."""
+        cache = paged_cache(case, inputs.k, inputs.v, self.page_size)
         flags = window_flags(case)
         assert flags is not None
         dtype = torch_dtype(case.dtype)
         wanted: dict[str, Any] = {"sm_scale": case.scale, "q_data_type": dtype, "kv_data_type": dtype}
         if flags[1] >= 0:
             wanted["window_left"] = flags[1]
-        return (k_pages, v_pages, indptr, indices, last), wanted
+        return cache, wanted
+
+    def _step(self, fi: Any, case: AttnCase, inputs: Inputs, cache: PagedCache,
+              attend: Callable[[], Any]) -> ForwardFn:
+        """``attend`` after the append, as a serving step does it: FlashInfer's ``append_paged_kv_cache``
+        writes each request's new keys and values at its cache length, then the attention call reads them."""
+        import torch
+
+        append = cache_of(case).append
+        if not append:
+            return CachedCall(attend, cache.view())
+        new_k, new_v = (torch.cat([p[-append:] for p in per_request(case, t)]) for t in (inputs.k, inputs.v))
+        cached = cache_of(case).cached(case.seqlens_k)
+        device = inputs.q.device
+        batch_indices = torch.arange(case.batch, dtype=torch.int32, device=device).repeat_interleave(append)
+        positions = torch.tensor([c + j for c in cached for j in range(append)], dtype=torch.int32, device=device)
+        write = getattr(fi, "append_paged_kv_cache", None) or fi.page.append_paged_kv_cache
+        pages = (cache.k, cache.v)
+
+        def step() -> Any:
+            write(new_k, new_v, batch_indices, positions, pages, cache.indices, cache.indptr, cache.last_page_len,
+                  kv_layout="NHD")
+            return attend()
+
+        return CachedCall(step, cache.view())
 
 
 @dataclass(frozen=True)
@@ -60,15 +87,16 @@ class FlashInferPaged(_FlashInferPagedBase):
         return f"flashinfer.{self.api} (pages of {self.page_size})"
 
     def _build(self, fi: Any, case: AttnCase, inputs: Inputs) -> ForwardFn:
-        (k_pages, v_pages, indptr, indices, last), wanted = self._paged_plan(case, inputs)
+        cache, wanted = self._paged_plan(case, inputs)
         flags = window_flags(case)
         assert flags is not None and inputs.cu_seqlens_q is not None
         wrapper = fi.BatchPrefillWithPagedKVCacheWrapper(workspace(inputs.q.device), "NHD")
         with library_refusal(self.name, "plan()"):
-            wrapper.plan(inputs.cu_seqlens_q, indptr, indices, last, case.heads_q, case.heads_kv, case.head_dim_qk,
-                         self.page_size, **fi_kwargs(wrapper.plan, {**wanted, "causal": flags[0]}))
-        q, cache = inputs.q, (k_pages, v_pages)
-        return lambda: wrapper.run(q, cache)
+            wrapper.plan(inputs.cu_seqlens_q, cache.indptr, cache.indices, cache.last_page_len, case.heads_q,
+                         case.heads_kv, case.head_dim_qk, self.page_size,
+                         **fi_kwargs(wrapper.plan, {**wanted, "causal": flags[0]}))
+        q, pages = inputs.q, (cache.k, cache.v)
+        return self._step(fi, case, inputs, cache, lambda: wrapper.run(q, pages))
 
 
 @dataclass(frozen=True)
@@ -96,15 +124,15 @@ class FlashInferDecode(_FlashInferPagedBase):
         return super()._refuses(case)
 
     def _build(self, fi: Any, case: AttnCase, inputs: Inputs) -> ForwardFn:
-        (k_pages, v_pages, indptr, indices, last), wanted = self._paged_plan(case, inputs)
+        cache, wanted = self._paged_plan(case, inputs)
         wrapper = fi.BatchDecodeWithPagedKVCacheWrapper(workspace(inputs.q.device), "NHD",
                                                         use_tensor_cores=self.tensor_cores)
         hint = "" if self.tensor_cores else "its tensor-core decode (flashinfer-decode-tc-p16) takes any group size"
         with library_refusal(self.name, "plan()", hint):
-            wrapper.plan(indptr, indices, last, case.heads_q, case.heads_kv, case.head_dim_qk, self.page_size,
-                         **fi_kwargs(wrapper.plan, wanted))
-        q, cache = inputs.q, (k_pages, v_pages)
-        return lambda: wrapper.run(q, cache)
+            wrapper.plan(cache.indptr, cache.indices, cache.last_page_len, case.heads_q, case.heads_kv,
+                         case.head_dim_qk, self.page_size, **fi_kwargs(wrapper.plan, wanted))
+        q, pages = inputs.q, (cache.k, cache.v)
+        return self._step(fi, case, inputs, cache, lambda: wrapper.run(q, pages))
 
 
 PAGED_BACKENDS: tuple[FlashInferCall, ...] = (

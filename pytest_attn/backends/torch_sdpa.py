@@ -147,7 +147,7 @@ class SdpaLoopBackend:
     has_backward = True
     default_enabled = True
     empty_rows = "any"
-    only_suites = ("varlen",)
+    only_suites = ("varlen", "decode")
 
     def available(self) -> str | None:
         return None

@@ -136,6 +136,30 @@ class Mask:
 
 
 @dataclass(frozen=True)
+class KvCache:
+    """A serving batch's KV cache: ``capacity`` keys allocated per request, of which request ``i`` holds
+    ``seqlens_k[i] - append`` before the call; the call first writes ``append`` new keys and values per
+    request at that position (the new tokens, which are also the queries), then attends over
+    ``seqlens_k[i]`` keys. ``slots`` > 0 allocates that many cache rows and places the requests in
+    shuffled rows (flash-attn's ``cache_batch_idx``). ``drawn`` says how the lengths were drawn."""
+
+    capacity: int
+    append: int = 0
+    slots: int = 0
+    drawn: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("capacity", "append", "slots"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < (1 if name == "capacity" else 0):
+                raise CaseError(f"cache.{name}={value!r} must be an int >= {1 if name == 'capacity' else 0}")
+
+    def cached(self, seqlens_k: tuple[int, ...]) -> tuple[int, ...]:
+        """Each request's cache length before the call."""
+        return tuple(n - self.append for n in seqlens_k)
+
+
+@dataclass(frozen=True)
 class AttnCase:
     """One attention problem on one back end.
 
@@ -156,6 +180,7 @@ class AttnCase:
     mask: Mask = field(default_factory=Mask.none)
     direction: str = "fwd"
     softmax_scale: float | None = None
+    cache: KvCache | None = None  # a serving batch's KV cache (decode against ragged caches, appends)
 
     def __post_init__(self) -> None:
         _check_name("backend", self.backend)
@@ -192,6 +217,24 @@ class AttnCase:
             raise CaseError(f"direction={self.direction!r} is not one of {', '.join(DIRECTIONS)}")
         if self.softmax_scale is not None and not self.softmax_scale > 0:
             raise CaseError(f"softmax_scale={self.softmax_scale!r} must be positive (or None for 1/sqrt(d))")
+        if self.cache is not None:
+            self._check_cache(self.cache)
+
+    def _check_cache(self, cache: KvCache) -> None:
+        if len(set(self.seqlens_q)) > 1:
+            raise CaseError(f"a KV-cache case has the same number of queries per request, not {list(self.seqlens_q)}")
+        if cache.capacity < self.max_seqlen_k:
+            raise CaseError(f"cache.capacity={cache.capacity} is under the longest request's"
+                            f" {self.max_seqlen_k} keys")
+        if cache.append and cache.append != self.seqlens_q[0]:
+            raise CaseError(f"cache.append={cache.append}: the appended tokens are the queries, so each request"
+                            f" needs {cache.append} queries, not {self.seqlens_q[0]}")
+        if cache.append > min(self.seqlens_k):
+            raise CaseError(f"cache.append={cache.append} is more than a request's {min(self.seqlens_k)} keys")
+        if cache.slots and cache.slots < self.batch:
+            raise CaseError(f"cache.slots={cache.slots} is under the batch of {self.batch} requests")
+        if self.direction != "fwd":
+            raise CaseError("a KV-cache case is a forward (decode) step: direction must be fwd")
 
     @classmethod
     def dense(
@@ -283,7 +326,12 @@ class AttnCase:
             lengths = f"{self.batch} x sq={self.seqlens_q[0]} sk={self.seqlens_k[0]}"
         heads = f"{self.heads_q}q/{self.heads_kv}kv heads"
         dims = f"d={self.head_dim_qk}" + ("" if self.head_dim_v == self.head_dim_qk else f"/{self.head_dim_v}")
-        return f"{lengths}, {heads}, {dims}, {self.dtype}, mask={self.mask.id}, {self.direction}"
+        cache = ""
+        if self.cache is not None:
+            c = self.cache
+            cache = (f", cache of {c.capacity:,} keys per request{f' in {c.slots} shuffled slots' if c.slots else ''}"
+                     f"{f', {c.append} appended per request' if c.append else ''}{f' ({c.drawn})' if c.drawn else ''}")
+        return f"{lengths}, {heads}, {dims}, {self.dtype}, mask={self.mask.id}, {self.direction}{cache}"
 
 
 def _lengths(values: tuple[int, ...], shown: int = 8) -> str:

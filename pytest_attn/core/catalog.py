@@ -9,8 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import numpy as np
+
 from . import masks
-from .case import AttnCase, Mask
+from .case import AttnCase, KvCache, Mask
 
 PROFILES: tuple[str, ...] = ("smoke", "default", "full", "cpu")
 
@@ -39,6 +41,8 @@ class Shape:
     source: str
     decode: bool = False
     seqlens: tuple[int, ...] = ()  # a ragged batch: one length per sequence (queries == keys)
+    cache: KvCache | None = None  # a serving batch: ragged KV caches (seqlens_k), new tokens appended
+    seqlens_k: tuple[int, ...] = ()  # with cache: each request's keys after the call
 
     @property
     def kind(self) -> str:
@@ -46,6 +50,12 @@ class Shape:
         return "decode" if self.decode else "varlen" if self.seqlens else "prefill"
 
     def case(self, backend: str, dtype: str, mask: Mask, direction: str) -> AttnCase:
+        if self.cache is not None:
+            return AttnCase(
+                backend=backend, shape=self.name, seqlens_q=(self.seqlen_q,) * self.batch, seqlens_k=self.seqlens_k,
+                heads_q=self.heads_q, heads_kv=self.heads_kv, head_dim_qk=self.head_dim, head_dim_v=self.head_dim,
+                dtype=dtype, mask=mask, direction=direction, cache=self.cache,
+            )
         if self.seqlens:
             return AttnCase(
                 backend=backend, shape=self.name, seqlens_q=self.seqlens, seqlens_k=self.seqlens,
@@ -100,6 +110,26 @@ def decode_shape(model: Model, keys: int, batch: int = 1, queries: int = 1) -> S
     )
 
 
+def serving_mix(model: Model, batch: int, median: int, sigma: float, seed: int, capacity: int,
+                append: int = 1) -> Shape:
+    """A serving decode step: ``batch`` requests whose cache lengths are drawn from a long-tailed
+    log-normal distribution (``median``, ``sigma``; numpy's default generator with ``seed``), clipped to
+    the ``capacity`` of the allocated cache, each appending ``append`` new tokens and attending over its
+    own length. The name carries the distribution and the seed, so the batch is the same everywhere."""
+    rng = np.random.default_rng(seed)
+    cached = np.clip(np.round(rng.lognormal(np.log(median), sigma, batch)), 0, capacity - append).astype(int)
+    seqlens_k = tuple(int(n) + append for n in cached)
+    drawn = f"cache lengths ~ lognormal(median {median}, sigma {sigma}), seed {seed}"
+    step = "serving" if append == 1 else f"serving-spec{append}"
+    return Shape(
+        f"{model.name}-{step}-b{batch}-lognorm{median}-s{seed}", batch, append, max(seqlens_k), model.heads_q,
+        model.heads_kv, model.head_dim, True,
+        f"{model.source}; {batch} requests, {drawn} (min {min(seqlens_k)}, max {max(seqlens_k)} keys), cache of"
+        f" {capacity:,} keys each, {append} new token(s) appended per request",
+        decode=True, cache=KvCache(capacity, append, 0, drawn), seqlens_k=seqlens_k,
+    )
+
+
 def _decode(keys: int) -> Shape:
     return decode_shape(QWEN25_7B, keys)
 
@@ -146,6 +176,12 @@ DECODE_OTHER = (
     decode_shape(LLAMA3_70B_HEADS, 32768, 1),
 )
 SPEC_DECODE = tuple(decode_shape(QWEN25_7B, k, 1, 4) for k in (1024, 4096, 32768))
+# Serving decode: a batch of requests with ragged caches and appends, padded (sdpa-padded) and not.
+SERVING = (
+    serving_mix(LLAMA3_8B_HEADS, 64, 1024, 1.2, 7, 32768),
+    serving_mix(QWEN25_7B, 256, 512, 1.0, 11, 16384),
+    serving_mix(LLAMA3_8B_HEADS, 64, 1024, 1.2, 7, 32768, append=4),
+)
 
 # Ragged batches (Llama-3-8B heads), packed as varlen tokens.
 VARLEN_MIXED = Shape(
@@ -185,12 +221,13 @@ CPU_SHAPES = (
           decode=True),
     Shape("tiny-varlen", 4, 64, 64, 4, 2, 32, True, "pytest-attn CPU profile: ragged batch across tile sizes",
           seqlens=(1, 7, 33, 64)),
+    serving_mix(Model("tiny", 8, 2, 32, "pytest-attn CPU profile: GQA 4:1"), 8, 48, 1.0, 3, 256),
 )
 TINY_MASKS = Shape("tiny-masks", 1, 128, 128, 4, 4, 32, False, "pytest-attn CPU profile: the mask suite")
 
 SHAPES: tuple[Shape, ...] = (
     HUNYUAN_VIDEO, GPT2_SMALL, GPT3_LIKE, BERT_BASE, BERT_LARGE, LLAMA3_8B, LONG_8K, LONG_16K,
-    *DECODE, *DECODE_BATCHED, *DECODE_OTHER, *SPEC_DECODE, *VARLEN, VIDEO_8K, *CPU_SHAPES, TINY_MASKS,
+    *DECODE, *DECODE_BATCHED, *DECODE_OTHER, *SPEC_DECODE, *SERVING, *VARLEN, VIDEO_8K, *CPU_SHAPES, TINY_MASKS,
 )
 SHAPES_BY_NAME = {s.name: s for s in SHAPES}
 
@@ -253,18 +290,19 @@ def _profile_variants(profile: str) -> list[Variant]:
             Variant(GPT2_SMALL, "bf16", Mask.causal(), "fwd+bwd"),
             Variant(SHAPES_BY_NAME["llama3-8b-decode-b16-k4096"], "bf16", Mask.causal(), "fwd"),
             Variant(SHAPES_BY_NAME["qwen2.5-7b-spec4-k4096"], "bf16", Mask.causal(), "fwd"),
+            Variant(SERVING[0], "bf16", Mask.causal(), "fwd"),
             Variant(VARLEN_MIXED, "bf16", Mask.causal(), "fwd"),
         ]
     if profile == "default":
         prefill = (HUNYUAN_VIDEO, GPT2_SMALL, GPT3_LIKE, BERT_BASE, BERT_LARGE, LLAMA3_8B, LONG_8K, LONG_16K)
         decode = [s for s in (*DECODE, *DECODE_BATCHED) if s.seqlen_k in (256, 4096, 32768)]
         return (_variants(prefill, ("bf16",), both_masks=False)
-                + _variants([*decode, *DECODE_OTHER, *SPEC_DECODE[1:]], ("bf16",), both_masks=False)
+                + _variants([*decode, *DECODE_OTHER, *SPEC_DECODE[1:], *SERVING], ("bf16",), both_masks=False)
                 + _variants(VARLEN, ("bf16",), both_masks=True))
     if profile == "full":
         prefill = (HUNYUAN_VIDEO, GPT2_SMALL, GPT3_LIKE, BERT_BASE, BERT_LARGE, LLAMA3_8B, LONG_8K, LONG_16K)
         return (_variants(prefill, ("bf16", "fp16"), both_masks=True)
-                + _variants([*DECODE, *DECODE_BATCHED, *DECODE_OTHER, *SPEC_DECODE], ("bf16", "fp16"),
+                + _variants([*DECODE, *DECODE_BATCHED, *DECODE_OTHER, *SPEC_DECODE, *SERVING], ("bf16", "fp16"),
                             both_masks=False)
                 + _variants(VARLEN, ("bf16", "fp16"), both_masks=True))
     if profile == "cpu":

@@ -9,15 +9,16 @@ strategies make. Pure.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from typing import Any
 
-from .case import AttnCase, Mask
+from .case import AttnCase, KvCache, Mask
 from .masks import all_true, causal, document, prefix_lm, random_block_sparse
 
 FIELDS = ("backend", "shape", "seqlens_q", "seqlens_k", "heads_q", "heads_kv", "head_dim_qk", "head_dim_v", "dtype",
-          "mask", "direction", "softmax_scale")
+          "mask", "direction", "softmax_scale", "cache")
 
 
 def mask_from_id(mask_id: str) -> Mask:
@@ -48,6 +49,7 @@ def case_to_dict(case: AttnCase) -> dict[str, Any]:
         "seqlens_k": list(case.seqlens_k), "heads_q": case.heads_q, "heads_kv": case.heads_kv,
         "head_dim_qk": case.head_dim_qk, "head_dim_v": case.head_dim_v, "dtype": case.dtype, "mask": case.mask.id,
         "direction": case.direction, "softmax_scale": case.softmax_scale,
+        **({"cache": dataclasses.asdict(case.cache)} if case.cache is not None else {}),
     }
 
 
@@ -69,6 +71,7 @@ def case_from_dict(data: dict[str, Any], *, strict_mask: bool = True) -> AttnCas
         seqlens_k=tuple(data["seqlens_k"]), heads_q=data["heads_q"], heads_kv=data["heads_kv"],
         head_dim_qk=data["head_dim_qk"], head_dim_v=data["head_dim_v"], dtype=data["dtype"], mask=mask,
         direction=data["direction"], softmax_scale=data.get("softmax_scale"),
+        cache=KvCache(**data["cache"]) if data.get("cache") else None,
     )
 
 

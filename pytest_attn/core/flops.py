@@ -148,7 +148,10 @@ def min_bytes(case: AttnCase) -> int:
             for sq, sk in zip(case.seqlens_q, case.seqlens_k, strict=True)
             if visible_pairs(sq, sk, case.mask) < sq * sk
         )
-    fwd = q + k + v + o + mask
+    appended = 0
+    if case.cache is not None and case.cache.append:  # the new keys and values are written into the cache too
+        appended = case.batch * case.cache.append * case.heads_kv * (case.head_dim_qk + case.head_dim_v) * e
+    fwd = q + k + v + o + mask + appended
     if case.direction == "fwd":
         return fwd
     # backward: read q, k, v, o, dO (+ mask); write dq, dk, dv

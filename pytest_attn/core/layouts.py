@@ -8,10 +8,11 @@ functions only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from .case import AttnCase
+from .case import AttnCase, KvCache
 
 if TYPE_CHECKING:
     import torch
@@ -50,3 +51,33 @@ def sequence(t: torch.Tensor, layout: str, case: AttnCase, index: int, which: st
     lengths = case.seqlens_q if which == "q" else case.seqlens_k
     start = sum(lengths[:index])
     return t[start : start + lengths[index]]
+
+
+# ---- KV caches (built by pytest_attn.backends.kvcache, checked by pytest_attn.oracle.cache) ----------
+#: What unwritten cache positions hold (keys and values): large enough that a kernel reading one changes
+#: the output far beyond any rounding, finite so the check names the position instead of a NaN.
+POISON = 8.0
+
+
+def cache_of(case: AttnCase) -> KvCache:
+    """The case's cache, or for a plain decode case a cache exactly as long as its longest request."""
+    return case.cache if case.cache is not None else KvCache(case.max_seqlen_k)
+
+
+def per_request(case: AttnCase, packed: Any, which: str = "k") -> list[Any]:
+    """A packed ``(total, h, d)`` tensor split into one ``(n_i, h, d)`` piece per request."""
+    lengths = case.seqlens_k if which == "k" else case.seqlens_q
+    out, start = [], 0
+    for n in lengths:
+        out.append(packed[start : start + n])
+        start += n
+    return out
+
+
+@dataclass
+class CacheView:
+    """A cache after a call, per request in logical order, and the parts no request owns."""
+
+    keys: Callable[[int], Any]  # request -> (positions, heads_kv, d)
+    values: Callable[[int], Any]
+    spare: Callable[[], list[Any]] = field(default=lambda: [])

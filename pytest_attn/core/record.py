@@ -99,6 +99,7 @@ class Check:
     grad_max_error: float | None = None  # of the gradient the check found closest to its allowance
     grad_allowed: float | None = None
     grad_tensor: str = ""
+    cache: str = ""  # a call that writes a KV cache: what of it was checked after the call
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from ..core.metrics import figures
 from ..core.record import Check, Clocks, Record, Timing, TimingCheck
 from ..core.stats import median, relative_drift, relative_precision
 from ..core.throttle import assess
+from ..oracle.cache import check_cache
 from ..oracle.checks import check_finite, check_grad_rows, check_rows, only_rows_with_keys
 from .inputs import make_inputs, make_step, torch_device
 from .nvml import NoNvml, Nvml
@@ -223,6 +224,13 @@ def _setup(case: AttnCase, backend: Backend, device: DeviceInfo,
     if not device.is_cuda:
         _refuse_slow_cpu_call(case, time.perf_counter() - t0, settings)
     check = _check(case, first, out.detach(), backend.layout, grads) if settings.verify else None
+    view = getattr(forward, "cache", None)
+    if settings.verify and view is not None:
+        problem = check_cache(case, first.k, first.v, view)
+        if problem:
+            raise CaseFailed(f"{case.id} writes its KV cache wrongly before timing: {problem}")
+        check = dataclasses.replace(check, cache=f"the cache of {case.batch} requests, position by position") \
+            if check is not None else None
     del out, grads
     return make_step(case, forward, first), check
 

@@ -8,6 +8,7 @@ It knows nothing of pytest: a back end that cannot be fuzzed here makes :meth:`F
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,7 @@ from ..core.case import AttnCase
 from ..core.codec import case_json
 from ..core.device import DeviceInfo
 from ..engine.inputs import make_inputs, torch_device
+from ..oracle.cache import check_cache
 from ..oracle.checks import FullCheck, check_full
 from .ledger import known_failure
 from .space import probe_space
@@ -64,7 +66,12 @@ def run_example(case: AttnCase, backend: Backend, device: DeviceInfo, seed: int)
         grads = (dq, dk, dv)
     if device.is_cuda:
         torch.cuda.synchronize(dev)
-    return check_full(case, inputs, out, backend.layout, grads, empty_rows=getattr(backend, "empty_rows", "any"))
+    checked = check_full(case, inputs, out, backend.layout, grads, empty_rows=getattr(backend, "empty_rows", "any"))
+    view = getattr(forward, "cache", None)
+    problem = check_cache(case, inputs.k, inputs.v, view) if view is not None else None
+    if problem:  # the output may be right while the cache it leaves behind is not
+        return dataclasses.replace(checked, ok=False, tensor="kv cache", problem=problem, worst="the end of the call")
+    return checked
 
 
 def failure_message(case: AttnCase, seed: int, check: FullCheck) -> str:

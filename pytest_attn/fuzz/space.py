@@ -7,16 +7,21 @@ from __future__ import annotations
 from typing import Any
 
 from ..backends.base import Backend, unavailable
-from ..core.case import AttnCase, Mask
+from ..core.case import AttnCase, KvCache, Mask
 from ..core.device import DeviceInfo
 from ..core.masks import prefix_lm, random_block_sparse
 from .strategies import Space
 
 CPU_HEAD_DIMS = (8, 16, 24, 32, 40, 64)
 GPU_HEAD_DIMS = (16, 32, 40, 64, 72, 80, 96, 128, 256)
-#: Small lengths (seqlens_q, seqlens_k) standing for each relation of key to query lengths.
-RELATION_PROBES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
-    "self": ((8,), (8,)), "prefix": ((4,), (9,)), "decode": ((1,), (9,)), "cross": ((8,), (5,)),
+#: A small case standing for each relation of key to query lengths.
+RELATION_PROBES: dict[str, dict[str, Any]] = {
+    "self": {"seqlens_q": (8,), "seqlens_k": (8,)},
+    "prefix": {"seqlens_q": (4,), "seqlens_k": (9,)},
+    "decode": {"seqlens_q": (1,), "seqlens_k": (9,)},
+    "cross": {"seqlens_q": (8,), "seqlens_k": (5,)},
+    # two requests' ragged caches, one new token appended to each
+    "serving": {"seqlens_q": (1, 1), "seqlens_k": (3, 17), "cache": KvCache(24, 1)},
 }
 MASKS = {"none": Mask.none(), "causal": Mask.causal(), "window": Mask.window(3, 2),
          "blocksparse": random_block_sparse(4, 0.5), "prefixlm": prefix_lm(2)}
@@ -50,10 +55,7 @@ def probe_space(
     why = unavailable(backend, device, direction)
     if why:
         return why
-    shape: dict[str, Any] = {}
-    if _refusal(backend, device, head_dim_qk=64, head_dim_v=64, dtype="bf16") and _probe(
-            backend, device, seqlens_q=(1,), seqlens_k=(8,), head_dim_qk=64, head_dim_v=64, dtype="bf16"):
-        shape = {"seqlens_q": (1,), "seqlens_k": (8,)}  # a decode-only back end: one query per sequence
+    shape = _decode_only(backend, device)
     dt_candidates = dtypes or (("fp16", "bf16", "fp32") if device.is_cuda else ("fp32", "bf16"))
     ok_dtypes = tuple(d for d in dt_candidates if _probe(backend, device, dtype=d, head_dim_qk=64, head_dim_v=64,
                                                          **shape))
@@ -68,7 +70,7 @@ def probe_space(
     d = ok_dims[0]
     common: dict[str, Any] = dict(dtype=dt, head_dim_qk=d, head_dim_v=d, **shape)
     plain = {k: v for k, v in common.items() if k not in ("seqlens_q", "seqlens_k")}
-    by_relation = _relation_kinds(backend, device, plain, decode_only=bool(shape))
+    by_relation = _relation_kinds(backend, device, plain, decode_only=bool(shape), forward=direction == "fwd")
     if not by_relation:
         why = _refusal(backend, device, **common)
         return f"{backend.name} takes no small case of any mask and length relation: {why}"
@@ -86,22 +88,33 @@ def probe_space(
         max_len=300 if device.is_cuda else 129,
         long=device.is_cuda,
         by_relation=tuple(by_relation.items()),
+        cache_slots="serving" in by_relation and _probe(
+            backend, device, **{**plain, **RELATION_PROBES["serving"], "cache": KvCache(24, 1, 3)}),
     )
 
 
-def _relation_kinds(backend: Backend, device: DeviceInfo, plain: dict[str, Any],
-                    decode_only: bool) -> dict[str, tuple[str, ...]]:
+def _decode_only(backend: Backend, device: DeviceInfo) -> dict[str, Any]:
+    """The lengths every probe uses for a decode-only back end (one query per sequence), else none."""
+    if _refusal(backend, device, head_dim_qk=64, head_dim_v=64, dtype="bf16") and _probe(
+            backend, device, seqlens_q=(1,), seqlens_k=(8,), head_dim_qk=64, head_dim_v=64, dtype="bf16"):
+        return {"seqlens_q": (1,), "seqlens_k": (8,)}
+    return {}
+
+
+def _relation_kinds(backend: Backend, device: DeviceInfo, plain: dict[str, Any], decode_only: bool,
+                    forward: bool = True) -> dict[str, tuple[str, ...]]:
     """Per relation, the mask kinds ``backend`` takes with it -- each pair asked separately, so a
     kernel that takes decode lengths only without a mask keeps decode. More queries than keys leaves
     rows without keys under most masks; a back end that gives such rows no defined value
     (``empty_rows="any"``) is fuzzed there without a mask only."""
-    relations = ("decode",) if decode_only else tuple(RELATION_PROBES)
+    relations = ("decode", "serving") if decode_only else tuple(RELATION_PROBES)
+    if not forward:  # a KV-cache step is a forward
+        relations = tuple(r for r in relations if r != "serving")
     empty_rows = getattr(backend, "empty_rows", "any")
     found = {}
     for relation in relations:
-        sq, sk = RELATION_PROBES[relation]
         kinds = tuple(k for k, m in MASKS.items()
-                      if _probe(backend, device, seqlens_q=sq, seqlens_k=sk, mask=m, **plain)
+                      if _probe(backend, device, **{**plain, **RELATION_PROBES[relation], "mask": m})
                       and (relation != "cross" or empty_rows != "any" or k == "none"))
         if kinds:
             found[relation] = kinds

@@ -15,14 +15,17 @@ from dataclasses import dataclass
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from ..core.case import DIRECTIONS, DTYPES, AttnCase, Mask
+from ..core.case import DIRECTIONS, DTYPES, AttnCase, KvCache, Mask
 from ..core.masks import prefix_lm, random_block_sparse
 
 INTERESTING_LENGTHS: tuple[int, ...] = (1, 2, 3, 5, 7, 13, 17, 31, 63, 64, 65, 127, 128, 129)
 LONG_LENGTHS: tuple[int, ...] = (255, 256, 257, 509, 1021)
 MASK_KINDS: tuple[str, ...] = ("none", "causal", "window", "blocksparse", "prefixlm")
-#: How a sequence's key length relates to its query length.
-RELATIONS: tuple[str, ...] = ("self", "prefix", "decode", "cross")
+#: How a sequence's key length relates to its query length; "serving" is decode against a KV cache of
+#: ragged lengths with appends (:func:`kv_cache_batches`).
+RELATIONS: tuple[str, ...] = ("self", "prefix", "decode", "cross", "serving")
+#: Cache lengths around the page sizes (FlashInfer 16, flash-attn 256), where paged kernels go wrong.
+PAGE_EDGES: tuple[int, ...] = (15, 16, 17, 31, 32, 33, 255, 256, 257)
 
 
 def _check_positive(name: str, value: int) -> None:
@@ -88,6 +91,37 @@ def varlen_lengths(
 
 
 @st.composite
+def kv_cache_batches(
+    draw: st.DrawFn,
+    *,
+    max_seqs: int = 4,
+    max_len: int = 129,
+    long: bool = False,
+    slots: bool = True,
+    queries: int | None = None,
+) -> tuple[tuple[int, ...], tuple[int, ...], KvCache]:
+    """(seqlens_q, seqlens_k, cache) of a serving step: 1 ... ``max_seqs`` requests whose caches hold
+    different lengths -- empty, one key, page edges, anything up to ``max_len`` (or a long one) -- and
+    0, 1, 2 or 4 new tokens appended per request (which are then its queries); the cache exactly full
+    or with room to spare; with ``slots``, requests in shuffled rows of a larger cache. ``queries``
+    fixes the queries per request (a decode-only back end: 1)."""
+    _check_positive("max_seqs", max_seqs)
+    _check_positive("max_len", max_len)
+    count = draw(st.integers(1, max_seqs))
+    appends = [0, 1] if queries == 1 else [1, 0, 2, 4]
+    append = draw(st.sampled_from([a for a in appends if a <= max_len]))
+    q = append or (queries or draw(st.integers(1, min(4, max_len))))
+    edges = [n for n in (0, 1, *PAGE_EDGES, *(LONG_LENGTHS if long else ())) if n + append <= max_len]
+    one = st.one_of(st.sampled_from(edges), st.integers(0, max_len - append))
+    cached = [draw(one) for _ in range(count)]
+    seqlens_k = tuple(max(n + append, q) for n in cached)  # at least as many keys as queries
+    room = draw(st.one_of(st.just(0), st.integers(1, 64)))
+    rows = draw(st.one_of(st.just(0), st.integers(count, count + 3))) if slots else 0
+    cache = KvCache(max(seqlens_k) + room, append, rows, "fuzz")
+    return (q,) * count, seqlens_k, cache
+
+
+@st.composite
 def head_layouts(draw: st.DrawFn, *, max_kv_heads: int = 3, max_group: int = 8, gqa: bool = True) -> tuple[int, int]:
     """(heads_q, heads_kv): MHA, or with ``gqa`` every ratio from 2 to ``max_group`` (MQA included)."""
     _check_positive("max_kv_heads", max_kv_heads)
@@ -142,6 +176,7 @@ class Space:
     head_dim_v_differs: bool = False
     queries: int | None = None  # a decode-only back end: this many queries per sequence
     by_relation: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    cache_slots: bool = False  # serving batches may place requests in shuffled cache rows
 
     def __post_init__(self) -> None:
         _check_subset("dtypes", self.dtypes, DTYPES)
@@ -159,7 +194,7 @@ class Space:
             return {r: given[r] for r in RELATIONS if r in given}
         if self.queries is not None:
             return {"decode": self.mask_kinds}
-        relations = [r for r in RELATIONS if self.cross or r == "self"]
+        relations = [r for r in RELATIONS if (self.cross or r == "self") and r != "serving"]
         if not self.q_longer:
             relations = [r for r in relations if r != "cross"]
         return {r: self.mask_kinds for r in relations}
@@ -178,8 +213,13 @@ def attn_cases(
         _check_subset("relations", relations, list(kinds_by))
         kinds_by = {r: kinds_by[r] for r in relations}
     relation = draw(st.sampled_from(list(kinds_by)))
-    sq, sk = draw(varlen_lengths(max_seqs=space.max_seqs, max_len=space.max_len, long=space.long,
-                                 ragged=space.ragged, relations=(relation,)))
+    cache = None
+    if relation == "serving":
+        sq, sk, cache = draw(kv_cache_batches(max_seqs=space.max_seqs, max_len=space.max_len, long=space.long,
+                                              slots=space.cache_slots, queries=space.queries))
+    else:
+        sq, sk = draw(varlen_lengths(max_seqs=space.max_seqs, max_len=space.max_len, long=space.long,
+                                     ragged=space.ragged, relations=(relation,)))
     if space.queries is not None:
         sq = (space.queries,) * len(sq)
     if relation != "cross":  # only cross-attention has more queries than keys
@@ -190,5 +230,5 @@ def attn_cases(
     return AttnCase(
         backend=backend, shape="fuzz", seqlens_q=sq, seqlens_k=sk, heads_q=hq, heads_kv=hkv, head_dim_qk=d,
         head_dim_v=dv, dtype=draw(st.sampled_from(space.dtypes)), mask=draw(masks(kinds=kinds_by[relation])),
-        direction=direction, softmax_scale=draw(softmax_scales()),
+        direction=direction, softmax_scale=draw(softmax_scales()), cache=cache,
     )

@@ -127,7 +127,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     terminalreporter.write_sep("=", "pytest-attn fuzz")
     terminalreporter.write_line(f"hypothesis profile: {config.stash.get(FUZZ_PROFILE, '?')}; examples that ran per"
                                 " back end and direction, by relation of key to query lengths (self: equal,"
-                                " prefix: cached keys before the queries, decode: 1-4 queries, cross: unrelated):")
+                                " prefix: cached keys before the queries, decode: 1-4 queries, cross: unrelated,"
+                                " serving: ragged KV caches with appends):")
     for (name, direction), reach in sorted(fuzzer.reach.items()):
         terminalreporter.write_line(f"  {name} {direction}: {reach.describe()}")
     for line in _unreached(config):

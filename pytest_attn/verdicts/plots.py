@@ -13,6 +13,8 @@ from typing import Any
 from ..core.record import Record
 
 PANELS = ("prefill (seqlen_q = seqlen_k)", "decode and chunked prefill (seqlen_q < seqlen_k)")
+#: What each panel plots: prefill is compute-bound (TFLOP/s), decode memory-bound (TB/s).
+PANEL_UNITS = ("TFLOP/s (exact-mask FLOPs)", "TB/s (minimal bytes: keys and values read, new tokens written)")
 
 
 @dataclass(frozen=True)
@@ -22,7 +24,7 @@ class Point:
     backend: str
     direction: str
     panel: str
-    keys: int  # max seqlen_k
+    keys: int  # keys per sequence: the batch's mean (a serving batch's lengths differ)
     tflops: float
     tbps: float
     intensity: float
@@ -35,16 +37,18 @@ def points(records: Sequence[Record]) -> list[Point]:
     for r in records:
         c = r.case
         panel = PANELS[1] if c.max_seqlen_q < c.max_seqlen_k else PANELS[0]
-        out.append(Point(c.backend, c.direction, panel, c.max_seqlen_k, r.figures.tflops, r.figures.tbps,
+        out.append(Point(c.backend, c.direction, panel, round(c.total_k / c.batch), r.figures.tflops, r.figures.tbps,
                          r.figures.arithmetic_intensity))
     return out
 
 
 def throughput_series(pts: Sequence[Point]) -> dict[tuple[str, str, str], list[tuple[int, float]]]:
-    """(panel, back end, direction) -> sorted (max seqlen_k, TFLOP/s). Pure."""
+    """(panel, back end, direction) -> sorted (keys per sequence, TFLOP/s for prefill or TB/s for decode).
+    Pure."""
     series: dict[tuple[str, str, str], list[tuple[int, float]]] = {}
     for p in pts:
-        series.setdefault((p.panel, p.backend, p.direction), []).append((p.keys, p.tflops))
+        value = p.tbps if p.panel == PANELS[1] else p.tflops
+        series.setdefault((p.panel, p.backend, p.direction), []).append((p.keys, value))
     return {key: sorted(xy) for key, xy in sorted(series.items())}
 
 
@@ -89,14 +93,14 @@ def _throughput(plt: Any, folder: Path, series: dict[tuple[str, str, str], list[
     fig, axes = plt.subplots(1, 2, figsize=(12, 5))
     backends = sorted({b for _, b, _ in series})
     colours = {b: plt.cm.tab20.colors[i % 20] for i, b in enumerate(backends)}
-    for ax, panel in zip(axes, PANELS, strict=True):
+    for ax, panel, unit in zip(axes, PANELS, PANEL_UNITS, strict=True):
         mine = {k: xy for k, xy in series.items() if k[0] == panel}
         for (_, backend, direction), xy in mine.items():
             ax.scatter([x for x, _ in xy], [y for _, y in xy], color=colours[backend],
                        marker="^" if direction == "fwd+bwd" else "o", label=f"{backend} {direction}", s=22)
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("keys per sequence (max seqlen_k)")
-        ax.set_ylabel("TFLOP/s (exact-mask FLOPs)")
+        ax.set_xlabel("keys per sequence (the batch's mean)")
+        ax.set_ylabel(unit)
         ax.set_title(panel if mine else f"{panel}: none in this run", fontsize=9)
         ax.grid(True, alpha=0.3)
         if mine:

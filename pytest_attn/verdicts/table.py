@@ -12,6 +12,9 @@ from .peers import peers_of, slow_path_lines
 
 COLUMNS = ("backend", "median", "±95%", "vs best", "speedup", "TFLOP/s", "MFU", "MFU@clk", "of ceil", "SM MHz",
            "TB/s", "FLOP/B", "bound", "peak mem", "timer")
+#: A memory-bound problem (decode) reads TB/s against the copy ceiling first.
+MEMORY_COLUMNS = ("backend", "median", "±95%", "vs best", "speedup", "TB/s", "of ceil", "TFLOP/s", "MFU", "MFU@clk",
+                  "SM MHz", "FLOP/B", "bound", "peak mem", "timer")
 
 
 def fmt_time(seconds: float) -> str:
@@ -186,7 +189,10 @@ def _group(group: str, members: list[Record], relative: dict[str, Peers]) -> lis
     """One problem: its description, then a row per back end, fastest first, and how each held the mask."""
     first = members[0]
     lines = ["", f"{group}: {first.case.describe()}, {first.work.flops / 1e9:,.3f} GFLOP per call"]
-    lines += _table([COLUMNS, *(row(r, relative[r.name].slowdown, relative[r.name].speedup) for r in members)])
+    rows = [row(r, relative[r.name].slowdown, relative[r.name].speedup) for r in members]
+    columns = MEMORY_COLUMNS if all(r.figures.bound == "memory" for r in members) else COLUMNS
+    order = [COLUMNS.index(c) for c in columns]
+    lines += _table([columns, *(tuple(cells[i] for i in order) for cells in rows)])
     if len({r.expression for r in members if r.expression}) > 1:
         lines.append("  mask as: " + "; ".join(f"{r.case.backend}: {r.expression}" for r in members if r.expression))
     return lines
