@@ -24,6 +24,7 @@ class DeviceInfo:
     power_limit_w: float | None = None
     nvml_status: str = "not used"
     uuid: str | None = None  # NVML's "GPU-..." form, where known
+    host_index: int | None = None  # under pytest-xdist: this GPU's place among the run's GPUs (its worker's)
     ecc: str | None = None  # "on"/"off", where NVML says
     mig: str | None = None  # "on"/"off", where NVML says (None: no MIG on this GPU)
 
@@ -54,6 +55,7 @@ class DeviceInfo:
             "power_limit_w": self.power_limit_w,
             "nvml": self.nvml_status,
             "uuid": self.uuid,
+            "host_index": self.host_index,
             "ecc": self.ecc,
             "mig": self.mig,
         }

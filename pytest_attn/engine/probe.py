@@ -20,7 +20,7 @@ def probe_device(nvml_factory: Callable[[str | None, int], Nvml] = open_nvml) ->
     import torch
 
     if not torch.cuda.is_available():
-        cpu = DeviceInfo(kind="cpu", name=cpu_model(), torch_version=torch.__version__)
+        cpu = DeviceInfo(kind="cpu", name=cpu_model(), torch_version=str(torch.__version__))
         return cpu, NoNvml("no GPU")
     index = torch.cuda.current_device()
     props = torch.cuda.get_device_properties(index)
@@ -29,7 +29,7 @@ def probe_device(nvml_factory: Callable[[str | None, int], Nvml] = open_nvml) ->
     info = DeviceInfo(
         kind="cuda",
         name=props.name,
-        torch_version=torch.__version__,
+        torch_version=str(torch.__version__),
         index=index,
         compute_capability=(props.major, props.minor),
         sm_count=props.multi_processor_count,

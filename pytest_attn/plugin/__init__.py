@@ -17,6 +17,7 @@ pytest_plugins = [
     "pytest_attn.plugin.fuzz",
     "pytest_attn.plugin.gate",
     "pytest_attn.plugin.history",
+    "pytest_attn.plugin.workers",
 ]
 
 __all__ = ["attn_cases", "attn_session", "fuzz_targets", "prepare_attention_run"]

@@ -11,6 +11,7 @@ exactly one measured sample per round), and the result record is written as the 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -31,6 +32,7 @@ from ..verdicts.fingerprint import fingerprint_of
 from ..verdicts.peers import peers_of
 from ..verdicts.table import render, time_lines
 from . import hookspecs
+from .benchjson import benchmark_metadata
 from .options import AttnOptions, add_options, given
 from .progress import Progress
 from .session import (
@@ -40,7 +42,17 @@ from .session import (
     AttnSession,
     GateOptions,
     attn_session,
+    case_of_item,
     prepare_attention_run,
+)
+from .workers import (
+    RECORD_PROPERTY,
+    SKIP_PROPERTY,
+    _is_attention_suite,
+    configure_controller,
+    is_worker,
+    record_name,
+    workers_requested,
 )
 
 
@@ -69,6 +81,8 @@ def pytest_configure(config: pytest.Config) -> None:
     _ = session.backends  # registration and every name option checked at start-up
     if given(config):
         prepare_attention_run(config)
+    if not is_worker(config) and _is_attention_suite(config):
+        configure_controller(config)
     _lock_clocks(config, session)
 
 
@@ -95,21 +109,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         locker.release()
 
 
-def _case_of(item: pytest.Item) -> AttnCase | None:
-    """The case a parametrized attention test measures, or None."""
-    if "attn_bench" not in getattr(item, "fixturenames", ()):
-        return None
-    params = getattr(getattr(item, "callspec", None), "params", {})
-    return next((v for v in params.values() if isinstance(v, AttnCase)), None)  # whatever its name
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test using ``attn_bench`` gets its times from our engine (the replay clock); benchmarks
     of one problem (a parametrized ``case``) share a pytest-benchmark group."""
     for item in items:
         if "attn_bench" not in getattr(item, "fixturenames", ()):
             continue
-        case = _case_of(item)
+        case = case_of_item(item)
         group = {"group": case.group} if case is not None else {}
         item.add_marker(pytest.mark.benchmark(timer=replay_clock, **group), append=False)
         item.add_marker(pytest.mark.attn)
@@ -121,7 +127,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     attn = session.config.stash.get(ATTN_SESSION, None)
     if attn is None or session.config.option.collectonly:
         return
-    cases = [c for c in map(_case_of, session.items) if c is not None]
+    cases = [c for c in map(case_of_item, session.items) if c is not None]
     if not cases:
         return
     attn.progress = Progress(total=len(cases))
@@ -158,7 +164,7 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
     """A progress line (done/total, elapsed, estimate, the case now running) at most every 10 s."""
     attn = item.config.stash.get(ATTN_SESSION, None)
-    progress = attn.progress if attn is not None and _case_of(item) is not None else None
+    progress = attn.progress if attn is not None and case_of_item(item) is not None else None
     if progress is not None:
         line = progress.start(item.name)
         if line:
@@ -210,39 +216,63 @@ def attn_bench(request: pytest.FixtureRequest, benchmark: Any, attn_device: Devi
     back end's reason when it cannot run here. Returns the result record (None when
     ``--benchmark-disable`` asked for a check without timing)."""
     session = attn_session(request.config)
+    config = request.config
+    # under pytest-xdist pytest-benchmark disables itself in the workers: they still measure, and hand the
+    # records to the controller; only a --benchmark-disable the user gave means "check, do not time"
+    worker = is_worker(config)
+    check_only = config.getoption("benchmark_disable") if worker else benchmark.disabled
+
+    def skip(reason: str) -> None:
+        session.skips.append(reason.splitlines()[0])
+        if worker:
+            request.node.user_properties.append((SKIP_PROPERTY, reason.splitlines()[0]))
+        pytest.skip(reason)
 
     def run(case: AttnCase) -> Record | None:
         backend = session.registry.get(case.backend)
         blocked = session.compiled.blocked.get(case.id)
         if blocked:
-            session.skips.append(blocked.splitlines()[0])
-            pytest.skip(blocked)
+            skip(blocked)
         try:
-            if benchmark.disabled:  # --benchmark-disable: checked and run once (through pedantic), nothing timed
-                benchmark.pedantic(check_case, (case, backend, attn_device, session.settings), rounds=1)
+            if check_only:  # --benchmark-disable: checked and run once, nothing timed
+                if worker:
+                    check_case(case, backend, attn_device, session.settings)
+                else:
+                    benchmark.pedantic(check_case, (case, backend, attn_device, session.settings), rounds=1)
                 return None
-            record = run_case(case, backend, attn_device, session.settings, label=request.node.nodeid,
-                              nvml=session.nvml)
+            record = run_case(case, backend, attn_device, session.settings,
+                              label=record_name(request.node.nodeid, config), nvml=session.nvml)
         except CaseSkipped as exc:
-            session.skips.append(str(exc))
-            pytest.skip(str(exc))
+            skip(str(exc))
         except CaseFailed as exc:
             pytest.fail(str(exc), pytrace=False)
         record = _with_session_figures(session, record)
-        feed_benchmark(benchmark, record.timing.samples_s)
-        session.add(record, benchmark.extra_info)
-        recorded = benchmark.stats.stats.median
-        if abs(recorded - record.median_s) > 1e-6 * record.median_s:
-            pytest.fail(
-                f"pytest-benchmark recorded a median of {recorded:.6g} s but pytest-attn measured "
-                f"{record.median_s:.6g} s: another benchmark(timer=...) marker or plugin overrides "
-                "pytest-attn's replay clock on this test; remove it",
-                pytrace=False,
-            )
+        _hand_over(request, benchmark, session, record, worker)
         _check_kernel_marker(request, record, attn_device)
         return record
 
     return run
+
+
+def _hand_over(request: pytest.FixtureRequest, benchmark: Any, session: AttnSession, record: Record,
+               worker: bool) -> None:
+    """A result into pytest-benchmark (one process), or into the test report for the controller (a
+    pytest-xdist worker, where pytest-benchmark is off)."""
+    if worker:
+        benchmark.pedantic(lambda: None, rounds=1)  # the fixture counts as used: no warning
+        session.records.append(record)
+        request.node.user_properties.append((RECORD_PROPERTY, json.dumps(record.to_json())))
+        return
+    feed_benchmark(benchmark, record.timing.samples_s)
+    session.add(record, benchmark.extra_info)
+    recorded = benchmark.stats.stats.median
+    if abs(recorded - record.median_s) > 1e-6 * record.median_s:
+        pytest.fail(
+            f"pytest-benchmark recorded a median of {recorded:.6g} s but pytest-attn measured "
+            f"{record.median_s:.6g} s: another benchmark(timer=...) marker or plugin overrides "
+            "pytest-attn's replay clock on this test; remove it",
+            pytrace=False,
+        )
 
 
 def _with_session_figures(session: AttnSession, record: Record) -> Record:
@@ -300,6 +330,11 @@ def pytest_sessionfinish(session: pytest.Session) -> Any:
         peers = peers_of(attn.records, attn.options.speedup_vs)
         for record in list(attn.records):
             attn.update(dataclasses.replace(record, peers=peers.get(record.name)))
+        bs = getattr(session.config, "_benchmarksession", None)
+        if attn.records and bs is not None and not attn.extra_infos and not is_worker(session.config):
+            # the controller of pytest-xdist workers: their records become pytest-benchmark's results, so
+            # its JSON, autosave, --benchmark-compare and --benchmark-compare-fail work as in one process
+            bs.benchmarks.extend(benchmark_metadata(r) for r in attn.records)
     yield
 
 
@@ -308,8 +343,12 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if session is None or not (session.records or session.skips or session.compiled.builds):
         return
     terminalreporter.write_sep("=", "pytest-attn summary")
-    device = session.device_if_probed
+    devices = list({r.device.uuid or r.device.name: r.device for r in session.records}.values())
+    device = session.device_if_probed or (devices[0] if devices else None)
     lines = render(session.records, device, session.skips, session.options.speedup_vs)
+    if len(devices) > 1:
+        lines.insert(0, "measured on " + "; ".join(f"GPU {d.host_index}: {d.name} ({d.uuid})" if d.is_cuda
+                                                   else d.describe() for d in devices))
     threads = config.stash.get(CPU_THREADS, "torch's default")
     lines.insert(0, f"profile: {session.profile}; back ends: {', '.join(session.backends)}; torch CPU threads:"
                     f" {threads}")
@@ -325,6 +364,14 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
     attention run only: pytest-benchmark asks at start-up too, when it loads runs to compare."""
     session = config.stash.get(ATTN_SESSION, None)
     if session is None or not session.active:
+        return
+    if workers_requested(config):  # the controller measures nothing: the GPUs are its workers'
+        devices = list({r.device.uuid or r.device.name: r.device for r in session.records}.values())
+        if devices:
+            machine_info["attn_device"] = devices[0].as_machine_info()
+            machine_info["attn_devices"] = [d.as_machine_info() for d in devices]
+            if devices[0].is_cuda:
+                machine_info["attn_fingerprint"] = fingerprint_of(devices[0], session.clock_lock).as_dict()
         return
     machine_info["attn_device"] = session.device.as_machine_info()
     machine_info["attn_cpu_threads"] = config.stash.get(CPU_THREADS, "torch's default")

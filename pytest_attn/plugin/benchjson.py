@@ -29,6 +29,23 @@ def benchmark_entry(record: Record) -> dict[str, Any]:
     }
 
 
+def benchmark_metadata(record: Record) -> Any:
+    """One result as pytest-benchmark holds it in its session (``pytest_benchmark.stats.Metadata``), for
+    a controller whose workers measured: its JSON, saves and comparisons then include it."""
+    from types import SimpleNamespace
+
+    from pytest_benchmark.stats import Metadata
+
+    entry = benchmark_entry(record)
+    fixture = SimpleNamespace(name=entry["name"], fullname=entry["fullname"], group=entry["group"],
+                              param=entry["param"], params=entry["params"], extra_info=entry["extra_info"],
+                              cprofile_stats=None, has_error=False)
+    metadata = Metadata(fixture, iterations=1, options=dict(entry["options"]))
+    for sample in record.timing.samples_s:
+        metadata.update(sample)
+    return metadata
+
+
 def run_json(records: Sequence[Record], config: pytest.Config) -> dict[str, Any]:
     """A whole run, as ``--benchmark-json`` writes one."""
     machine_info = config.hook.pytest_benchmark_generate_machine_info(config=config)

@@ -16,20 +16,11 @@ from typing import Any
 
 import pytest
 
+from ..verdicts.runs import partial_note
 from .session import ATTN_SESSION, attn_session
 
 PARTIAL = pytest.StashKey[dict[str, Any]]()
 HISTORY_NOTES = pytest.StashKey["list[str]"]()
-
-
-def partial_note(run: dict[str, Any]) -> str | None:
-    """How a saved run was partial ("interrupted (...), 12 of 40 cases measured"), or None."""
-    mark = run.get("attn_partial")
-    if not isinstance(mark, dict):
-        return None
-    selected = mark.get("cases_selected")
-    of = f" of {selected}" if selected is not None else ""
-    return f"{mark.get('reason', 'stopped early')}, {mark.get('cases_measured', '?')}{of} cases measured"
 
 
 def _partial(session: pytest.Session, exitstatus: int | pytest.ExitCode) -> dict[str, Any] | None:

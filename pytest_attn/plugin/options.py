@@ -124,6 +124,13 @@ def _threads(text: str) -> str | int:
     return positive_int("--attn-cpu-threads")(text)
 
 
+def _shard(text: str) -> tuple[int, int]:
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if not m or not 1 <= int(m[1]) <= int(m[2]):
+        raise ValueError(f"--attn-shard={text!r}: give I/N with 1 <= I <= N, e.g. 1/2 for the first of two shards")
+    return int(m[1]), int(m[2])
+
+
 def _adhoc(text: str) -> Variant:
     try:
         return parse_case(text)
@@ -154,6 +161,7 @@ threshold = _converter("--attn-threshold", lambda t: parse_percent(t, "--attn-th
 threshold_for = _converter("--attn-threshold-for", _override)
 cpu_threads = _converter("--attn-cpu-threads", _threads)
 fail_on = _converter("--attn-fail-on", parse_fail_on)
+shard = _converter("--attn-shard", _shard)
 
 
 def _add(group: Any, flag: str, default: Any, **kwargs: Any) -> None:
@@ -216,6 +224,9 @@ def _add_measure_options(g: Any) -> None:
     _add(g, "--attn-compile-only", False, action="store_true",
          help="build the kernel modules the selected cases need (FlashInfer's JIT), then stop: nothing is"
               " measured. Warms a CI runner's cache (FLASHINFER_WORKSPACE_BASE)")
+    _add(g, "--attn-shard", None, type=shard, metavar="I/N",
+         help="run the I-th of N deterministic shares of the problems (a problem's back ends stay together);"
+              " combine the shards' JSON with pytest-attn merge")
     _add(g, "--attn-cpu-threads", "auto", type=cpu_threads, metavar="N|auto",
          help="torch's CPU threads: auto (default) = half the CPUs this process may use on a machine without a"
               " GPU (a busy core stalls every thread of a full-width pool), torch's own choice on a GPU machine")

@@ -8,6 +8,7 @@ collected, an ``--attn-*`` option is given, or a suite's conftest calls :func:`p
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -126,7 +127,11 @@ class AttnSession:
     @property
     def device(self) -> DeviceInfo:
         if self._device is None:
-            self._device = probe_device()
+            device, nvml = probe_device()
+            pinned = self.config.stash.get(PINNED, None)
+            if pinned is not None and device.is_cuda:  # a worker's GPU: tagged with its place among the run's
+                device = dataclasses.replace(device, host_index=pinned[0])
+            self._device = (device, nvml)
         return self._device[0]
 
     @property
@@ -203,6 +208,7 @@ CLOCK_LOCKER = pytest.StashKey[Any]()
 FUZZER = pytest.StashKey[Any]()  # the session's pytest_attn.fuzz.fuzzer.Fuzzer, once a fuzz test ran
 FUZZ_PROFILE = pytest.StashKey[str]()  # the Hypothesis profile the fuzz tests run under
 GATE_LINES = pytest.StashKey["list[str]"]()
+PINNED = pytest.StashKey[tuple[int, str]]()  # a pytest-xdist worker: (its GPU's place among the run's, UUID)
 CPU_THREADS = pytest.StashKey[str]()  # what torch's CPU thread count was set to, and why (for the summary)
 
 
@@ -254,3 +260,11 @@ def _cpu_threads(option: str | int, has_gpu: bool) -> str:
         cpus = usable_cpus()
         return f"{set_torch_threads(auto_threads(cpus))} (auto: half of the {cpus} CPUs this process may use)"
     return f"{set_torch_threads(int(option))} (--attn-cpu-threads)"
+
+
+def case_of_item(item: pytest.Item) -> AttnCase | None:
+    """The case a parametrized attention test measures (its first AttnCase parameter), or None."""
+    if "attn_bench" not in getattr(item, "fixturenames", ()):
+        return None
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return next((v for v in params.values() if isinstance(v, AttnCase)), None)  # whatever its name

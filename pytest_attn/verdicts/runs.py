@@ -86,3 +86,13 @@ def by_name(records: Iterable[Record]) -> dict[str, Bench]:
 def records(run: Mapping[str, Any]) -> list[Record]:
     """The result records a run holds (none for a run written before the record existed)."""
     return [b.record for b in benches(run).values() if b.record is not None]
+
+
+def partial_note(run: dict[str, Any]) -> str | None:
+    """How a saved run was partial ("interrupted (...), 12 of 40 cases measured"), or None."""
+    mark = run.get("attn_partial")
+    if not isinstance(mark, dict):
+        return None
+    selected = mark.get("cases_selected")
+    of = f" of {selected}" if selected is not None else ""
+    return f"{mark.get('reason', 'stopped early')}, {mark.get('cases_measured', '?')}{of} cases measured"

@@ -1,0 +1,196 @@
+"""Several processes: pytest-xdist workers, one per GPU, and shards of a run across runners.
+
+* ``-n N`` / ``-n auto`` (pytest-xdist) in an attention run: worker ``gwI`` is pinned to the ``I``-th GPU
+  this run may use -- the UUIDs NVML lists in the order of an outer ``CUDA_VISIBLE_DEVICES`` -- by
+  setting ``CUDA_VISIBLE_DEVICES`` to that UUID before anything in the worker touches CUDA. ``-n auto``
+  means one worker per visible GPU; more workers than GPUs stop the run at start-up. The back ends of one
+  problem share an ``xdist_group`` (``--dist=loadgroup``), so "vs best" compares results of one GPU.
+  Without a GPU, ``-n N`` runs the CPU profile in N processes.
+* Each worker measures as one process would and hands every result record to the controller in its test
+  report (``user_properties``), with its session lines (ceilings, compile phase) at the end; the
+  controller's session then holds the records of all workers, and the summary, pytest-benchmark's JSON,
+  reports, plots and gate come from them as in a single-process run.
+* ``--attn-shard=I/N`` keeps the I-th of N deterministic shares of the problems (whole problems: their
+  back ends stay together), for runners that each run one; ``pytest-attn merge`` combines their JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping, MutableMapping, Sequence
+from typing import Any
+
+import pytest
+
+from ..core.record import Record
+from ..engine.nvml import visible_devices
+from .options import given
+from .session import ATTN_SESSION, PINNED, attn_session, case_of_item, prepare_attention_run
+
+GPUS_KEY = "pytest_attn_gpus"  # in each worker's workerinput: the UUIDs of the GPUs, in order
+RECORD_PROPERTY = "pytest_attn_record"
+SKIP_PROPERTY = "pytest_attn_skip"
+OUTPUT_KEY = "pytest_attn"  # in each worker's workeroutput: its session lines
+
+
+def is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def workers_requested(config: pytest.Config) -> int:
+    """How many xdist workers the controller will start (0 without xdist)."""
+    if is_worker(config) or config.getoption("dist", "no") == "no":
+        return 0
+    return len(config.getoption("tx", None) or [])
+
+
+def pin(workerinput: Mapping[str, Any], env: MutableMapping[str, str]) -> tuple[int, str] | None:
+    """Point this worker at its GPU: ``CUDA_VISIBLE_DEVICES`` = the UUID its number picks. Pure but for
+    ``env``; returns (position, UUID), or None where the controller sent no GPUs."""
+    gpus = workerinput.get(GPUS_KEY) or []
+    match = re.fullmatch(r"gw(\d+)", str(workerinput.get("workerid", "")))
+    if not gpus or match is None:
+        return None
+    index = int(match[1])
+    if index >= len(gpus):
+        raise pytest.UsageError(f"worker {workerinput['workerid']} has no GPU: {len(gpus)} GPU(s) for the run")
+    env["CUDA_VISIBLE_DEVICES"] = gpus[index]
+    return index, gpus[index]
+
+
+def _is_attention_suite(config: pytest.Config) -> bool:
+    """Before configure: an ``--attn-*`` option, or a loaded conftest that prepares an attention run."""
+    if given(config):
+        return True
+    return any(getattr(p, "prepare_attention_run", None) is prepare_attention_run
+               for p in config.pluginmanager.get_plugins())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """In a worker, before its session configures (and long before CUDA starts): take its GPU."""
+    if is_worker(config):
+        pinned = pin(config.workerinput, os.environ)  # type: ignore[attr-defined]
+        if pinned is not None:
+            config.stash[PINNED] = pinned
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto`` in an attention run on a GPU machine: one worker per visible GPU."""
+    if not _is_attention_suite(config):
+        return None
+    return len(visible_devices()) or None
+
+
+def check_workers(requested: int, gpus: Sequence[str]) -> str | None:
+    """Why ``requested`` workers cannot share ``gpus`` (one worker per GPU), or None. Pure."""
+    if gpus and requested > len(gpus):
+        return (f"-n {requested} asks for {requested} workers but this run may use {len(gpus)} GPU(s)"
+                f" ({', '.join(gpus)}): one worker per GPU, so two never share one. Use -n {len(gpus)} or -n auto")
+    return None
+
+
+def configure_controller(config: pytest.Config) -> None:
+    """Start-up checks and choices of the controller of an attention run under xdist."""
+    requested = workers_requested(config)
+    if not requested:
+        return
+    gpus = [g.uuid for g in visible_devices()]
+    problem = check_workers(requested, gpus)
+    if problem:
+        raise pytest.UsageError(problem)
+    if config.getoption("dist", "no") == "load":  # xdist's default for -n: keep each problem on one GPU
+        config.option.dist = "loadgroup"
+    config.stash[CONTROLLER_GPUS] = gpus
+    config.pluginmanager.register(Collector(config), "pytest-attn-collector")
+
+
+CONTROLLER_GPUS = pytest.StashKey[list[str]]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Each worker's input: the GPUs of the run, in order (empty on a machine without one)."""
+    node.workerinput[GPUS_KEY] = node.config.stash.get(CONTROLLER_GPUS, [])
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A problem's back ends in one xdist group (before xdist reads the groups), and ``--attn-shard``."""
+    cases = [(item, case_of_item(item)) for item in items]
+    if is_worker(config) and config.getvalue("loadgroup"):
+        for item, case in cases:
+            if case is not None:
+                item.add_marker(pytest.mark.xdist_group(name=case.group))
+    shard = config.getoption("attn_shard", None)
+    if shard is None:
+        return
+    index, count = shard
+    groups = sorted({case.group for _, case in cases if case is not None})
+    mine = {g for i, g in enumerate(groups) if i % count == index - 1}
+    keep = [item for item, case in cases if (case.group in mine if case is not None else index == 1)]
+    dropped = [item for item in items if item not in keep]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
+def record_name(nodeid: str, config: pytest.Config) -> str:
+    """The node id without the ``@group`` suffix xdist's loadgroup adds: the benchmark's name is the same
+    with and without workers."""
+    return nodeid.rsplit("@", 1)[0] if is_worker(config) and config.getvalue("loadgroup") else nodeid
+
+
+class Collector:
+    """On the controller: every worker's result records (and skip reasons) into the session, from the
+    test reports the workers send."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        attn = self.config.stash.get(ATTN_SESSION, None)
+        if attn is None:
+            return
+        for name, value in report.user_properties:
+            if name == RECORD_PROPERTY and report.when == "call" and isinstance(value, str):
+                record = Record.from_json(json.loads(value))  # JSON text: it crosses processes as it is
+                if record.name not in {r.name for r in attn.records}:
+                    attn.records.append(record)
+            elif name == SKIP_PROPERTY and report.skipped:
+                attn.skips.append(str(value))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A worker of an attention run: pytest-benchmark's "disabled because xdist is active" does not apply
+    (the worker measures; the controller writes pytest-benchmark's JSON)."""
+    bs = getattr(session.config, "_benchmarksession", None)
+    if is_worker(session.config) and bs is not None and _is_attention_suite(session.config):
+        bs.xdist_warning = False
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A worker's session lines (ceilings, compile phase, notes), for the controller to print."""
+    config = session.config
+    if not is_worker(config) or config.stash.get(ATTN_SESSION, None) is None:
+        return
+    attn = attn_session(config)
+    device = attn.device_if_probed
+    pinned = config.stash.get(PINNED, None)
+    where = f"{config.workerinput['workerid']}"  # type: ignore[attr-defined]
+    if pinned is not None:
+        where += f" on GPU {pinned[0]} ({device.name if device else '?'}, {pinned[1]})"
+    config.workeroutput[OUTPUT_KEY] = {  # type: ignore[attr-defined]
+        "where": where, "lines": [*attn.ceilings.lines(), *attn.compiled.lines()], "notes": list(attn.notes)}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    attn = node.config.stash.get(ATTN_SESSION, None)
+    output = getattr(node, "workeroutput", {}).get(OUTPUT_KEY)
+    if attn is None or not output:
+        return
+    attn.notes.extend(f"{output['where']}: {line}" for line in output["lines"] + output["notes"])

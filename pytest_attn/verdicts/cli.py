@@ -1,0 +1,98 @@
+"""``pytest-attn merge a.json b.json ...``: the JSON files of shards (``--attn-shard=I/N`` on several
+runners, or any runs that measured different problems) merged into one run: the summary a single run
+of them all would print, one merged JSON, the reports, and the gate, per device model as a session does.
+
+Exit status as pytest's: 0 when the gate passes (or there is none), 1 when it fails, 4 for bad input
+(a file that is not a run, shards that overlap, a baseline of another device).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .baseline import BaselineError, baseline_path, load_baseline
+from .gate import DEFAULT_THRESHOLD, Thresholds, parse_fail_on, parse_fraction, parse_override
+from .gating import by_device, gate
+from .merge import MergeError, merge_runs
+from .reports import write_reports
+from .runs import records
+from .table import render, time_lines
+
+OK, FAILED, USAGE = 0, 1, 4
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pytest-attn", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    merge = sub.add_parser("merge", help="merge shards' JSON files into one summary, JSON, report and gate")
+    merge.add_argument("files", nargs="+", type=Path, help="pytest-benchmark JSON files of pytest-attn runs")
+    merge.add_argument("--json", type=Path, help="write the merged run here")
+    merge.add_argument("--report", type=Path, metavar="DIR", help="write summary.md, results.csv and plots here")
+    merge.add_argument("--baseline", default="auto", metavar="PATH|auto|off",
+                       help="gate against this baseline; auto = baselines/<device-key>/baseline.json per device"
+                            " model where it exists (default)")
+    merge.add_argument("--baselines-dir", type=Path, default=Path("baselines"), metavar="DIR")
+    merge.add_argument("--threshold", type=lambda t: parse_fraction(t), default=DEFAULT_THRESHOLD, metavar="PCT")
+    merge.add_argument("--threshold-for", type=parse_override, action="append", default=[], metavar="KIND:NAME=PCT")
+    merge.add_argument("--fail-on", type=parse_fail_on, default=("SLOWER",), metavar="LIST")
+    merge.add_argument("--speedup-vs", default="sdpa-math", metavar="BACKEND")
+    return parser
+
+
+def _read(paths: Sequence[Path]) -> list[tuple[str, dict]]:
+    runs = []
+    for path in paths:
+        try:
+            runs.append((str(path), json.loads(path.read_text())))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise MergeError(f"{path}: cannot be read as JSON ({exc})") from None
+    return runs
+
+
+def merge(args: argparse.Namespace, out: list[str]) -> int:
+    merged = merge_runs(_read(args.files))
+    found = records(merged)
+    if not found:
+        raise MergeError("the files hold no pytest-attn result records (runs of pytest-attn 0.1 or newer)")
+    out.append(f"merged {len(args.files)} file(s): {len(found)} results")
+    devices = list({r.device.uuid or r.device.name: r.device for r in found}.values())
+    out.extend(time_lines(found) + render(found, devices[0], (), args.speedup_vs))
+    if args.json:
+        args.json.write_text(json.dumps(merged, indent=2, sort_keys=True))
+        out.append(f"wrote {args.json}")
+    if args.baseline == "off":
+        return OK
+    status = OK
+    thresholds = Thresholds.build(args.threshold, args.threshold_for)
+    for fp, mine in by_device(found).values():
+        path = Path(args.baseline) if args.baseline != "auto" else baseline_path(args.baselines_dir, fp.key)
+        if args.baseline == "auto" and not path.exists():
+            out.append(f"no stored baseline for {fp.device} ({path}): every result is NEW")
+            continue
+        outcome = gate(mine, load_baseline(path), str(path), fp, thresholds, args.fail_on)
+        out.extend(outcome.lines)
+        if args.report is not None:
+            out.extend(f"  wrote {w}" for w in write_reports(args.report, outcome.comparisons, str(path), mine,
+                                                              outcome.notes, args.fail_on))
+        status = max(status, {"pass": OK, "fail": FAILED, "error": USAGE}[outcome.status])
+    return status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    out: list[str] = []
+    try:
+        status = merge(args, out)
+    except (MergeError, BaselineError) as exc:
+        out.append(f"pytest-attn merge: {exc}")
+        status = USAGE
+    print("\n".join(out))
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""One gate decision, the same for a pytest session and for ``pytest-attn merge``: results of one device
+model against a baseline -- refused if the baseline is another device's, else verdicts, the lines that
+explain them, and whether the run passes. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.record import Record
+from .baseline import stored_device, stored_fingerprint
+from .fingerprint import Fingerprint, differences, fingerprint_of
+from .gate import ASSUMED_CPU_RUN_NOISE, ASSUMED_RUN_NOISE, Comparison, Noise, Thresholds, compare, matched, regressions
+from .reports import counts, terminal_lines
+from .runs import benches, by_name, partial_note
+
+
+@dataclass
+class Outcome:
+    """What the gate decided for one device model."""
+
+    status: str  # "pass", "fail" or "error"
+    lines: list[str]
+    comparisons: list[Comparison] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def by_device(records: Sequence[Record], cpu_threads: str | None = None) -> dict[str, tuple[Fingerprint, list[Record]]]:
+    """Records per device model (a baseline is per model: several GPUs of one model share it), each
+    model with the fingerprint of its first record's device."""
+    out: dict[str, tuple[Fingerprint, list[Record]]] = {}
+    for r in records:
+        fp = fingerprint_of(r.device, r.clocks.lock, cpu_threads)
+        out.setdefault(fp.key, (fp, []))[1].append(r)
+    return out
+
+
+def refusal(base: dict[str, Any], name: str, fp: Fingerprint) -> tuple[str | None, list[str]]:
+    """Why ``base`` cannot gate results of ``fp``'s device (another device), and the notes for one that
+    can (software or settings that differ)."""
+    stored = stored_fingerprint(base)
+    if stored is not None:
+        blocking, informing = differences(stored, fp)
+        if blocking:
+            return (f"baseline {name} was recorded on {stored.device}; this run is on {fp.device}"
+                    f" ({'; '.join(blocking)}): not compared. Record one for this device with --attn-save-baseline"
+                    ), []
+        return None, [f"differs from the baseline: {d}" for d in informing]
+    device = stored_device(base)
+    if device is not None and device != fp.device:
+        return (f"baseline {name} was recorded on {device}; this run is on {fp.device}: not compared. Record one"
+                " for this device with --attn-save-baseline"), []
+    return None, [f"baseline {name} has no fingerprint: it cannot be checked to be from this device"]
+
+
+def gate(records: Sequence[Record], base: dict[str, Any], name: str, fp: Fingerprint, thresholds: Thresholds,
+         fail_on: Sequence[str] = ("SLOWER",)) -> Outcome:
+    """Verdicts for ``records`` (one device model) against the run ``base``."""
+    refused, notes = refusal(base, name, fp) if base.get("benchmarks") else (None, [])
+    if refused:
+        return Outcome("error", [f"error: {refused}"])
+    partial = partial_note(base)
+    if partial:
+        notes.append(f"the baseline is a partial run: {partial}")
+    old, new = benches(base), by_name(records)
+    noise = Noise.of(old, new, ASSUMED_RUN_NOISE if fp.kind == "cuda" else ASSUMED_CPU_RUN_NOISE)
+    comparisons = compare(old, new, thresholds, noise)
+    if old:
+        notes.append(noise.describe())
+    lines = terminal_lines(comparisons, name, notes)
+    failing = regressions(comparisons, fail_on)
+    if old and not matched(comparisons):
+        lines.append(f"error: no case of this run is in the baseline {name} ({len(old)} cases there, {len(new)}"
+                     " here): nothing was compared. Run the baseline's selection, or record a baseline for this one")
+        return Outcome("fail", lines, comparisons, notes)
+    if failing:
+        lines.append(f"failed: {counts(failing)} (--attn-fail-on={','.join(v.lower() for v in fail_on)})")
+        return Outcome("fail", lines, comparisons, notes)
+    return Outcome("pass", lines, comparisons, notes)
+

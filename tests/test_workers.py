@@ -1,0 +1,196 @@
+"""Several processes (pytest_attn.plugin.workers) and merged shards (pytest_attn.verdicts.merge, the
+pytest-attn command): one worker per GPU pinned by UUID in the order of an outer CUDA_VISIBLE_DEVICES,
+more workers than GPUs refused, whole problems per shard, and every way of running the same selection
+giving the same benchmarks and summary rows. GPUs are faked; workers are real processes."""
+
+from __future__ import annotations
+
+import json
+import re
+import types
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("xdist")
+
+from pytest_attn.plugin import workers
+from pytest_attn.plugin.workers import GPUS_KEY, check_workers, pin
+from pytest_attn.verdicts.merge import MergeError, merge_runs
+
+UUIDS = ["GPU-aaaa", "GPU-bbbb"]
+
+
+def test_a_worker_takes_the_gpu_its_number_picks():
+    env: dict[str, str] = {"CUDA_VISIBLE_DEVICES": "GPU-bbbb,GPU-aaaa"}
+    assert pin({"workerid": "gw1", GPUS_KEY: ["GPU-bbbb", "GPU-aaaa"]}, env) == (1, "GPU-aaaa")
+    assert env["CUDA_VISIBLE_DEVICES"] == "GPU-aaaa"  # a UUID, never "1" of the whole machine
+    assert pin({"workerid": "gw0", GPUS_KEY: []}, env) is None  # no GPU: the CPU profile, nothing to pin
+    with pytest.raises(pytest.UsageError, match="worker gw2 has no GPU: 2 GPU"):
+        pin({"workerid": "gw2", GPUS_KEY: UUIDS}, {})
+
+
+def test_more_workers_than_gpus_is_refused_with_the_numbers_and_the_fix():
+    assert check_workers(2, UUIDS) is None and check_workers(8, []) is None  # without a GPU: N CPU processes
+    assert check_workers(3, UUIDS) == (
+        "-n 3 asks for 3 workers but this run may use 2 GPU(s) (GPU-aaaa, GPU-bbbb): one worker per GPU, so two"
+        " never share one. Use -n 2 or -n auto")
+
+
+def test_each_worker_is_told_the_gpus_in_order():
+    config = types.SimpleNamespace(stash={workers.CONTROLLER_GPUS: UUIDS})
+    node = types.SimpleNamespace(config=config, workerinput={"workerid": "gw0"})
+    workers.pytest_configure_node(node)
+    assert node.workerinput[GPUS_KEY] == UUIDS
+
+
+def test_a_record_keeps_its_name_without_the_loadgroup_suffix():
+    worker = types.SimpleNamespace(workerinput={}, getvalue=lambda name: True)
+    assert workers.record_name("t.py::test[a-g]@g", worker) == "t.py::test[a-g]"
+    alone = types.SimpleNamespace(getvalue=lambda name: False)
+    assert workers.record_name("t.py::test[a@b]", alone) == "t.py::test[a@b]"
+
+
+def test_shards_merge_into_one_run_and_must_not_overlap():
+    a = {"machine_info": {"attn_device": {"name": "NVIDIA H200", "uuid": "GPU-a"}},
+         "benchmarks": [{"fullname": "x", "stats": {"median": 1.0}}]}
+    b = {"machine_info": {"attn_device": {"name": "NVIDIA H200", "uuid": "GPU-b"}},
+         "benchmarks": [{"fullname": "y", "stats": {"median": 2.0}}], "attn_partial": {"reason": "interrupted"}}
+    merged = merge_runs([("a.json", a), ("b.json", b)])
+    assert [x["fullname"] for x in merged["benchmarks"]] == ["x", "y"]
+    assert [d["uuid"] for d in merged["machine_info"]["attn_devices"]] == ["GPU-a", "GPU-b"]
+    assert merged["attn_shards"] == ["a.json", "b.json"] and merged["attn_partial"]["reason"] == "b.json: interrupted"
+    with pytest.raises(MergeError, match=r"x is in both a\.json and c\.json: shards must not overlap"):
+        merge_runs([("a.json", a), ("c.json", a)])
+
+
+SUITE = """
+from pytest_attn.plugin import attn_cases
+
+
+def pytest_generate_tests(metafunc):
+    if "case" in metafunc.fixturenames:
+        cases = attn_cases(metafunc.config, "all")
+        metafunc.parametrize("case", cases, ids=[c.id for c in cases])
+
+
+def test_attn(attn_bench, case):
+    attn_bench(case)
+"""
+CONFTEST = """
+import pytest
+
+from pytest_attn.plugin import prepare_attention_run
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    prepare_attention_run(config)
+"""
+ARGS = ["-p", "no:cacheprovider", "--attn-profile=cpu", "--attn-backends=sdpa-math,sdpa-loop,sdpa-padded",
+        "--attn-dtypes=fp32", "--attn-max-time=0.05", "--attn-min-samples=5"]
+
+
+def _rows(text: str) -> list[str]:
+    """The summary's problems and their back ends (names only: times differ run to run)."""
+    summary = text.split("pytest-attn summary")[1]
+    rows, table = [], False
+    for line in summary.splitlines():
+        if "GFLOP per call" in line:
+            rows.append(line.split(":")[0])
+        elif line.strip().startswith("backend"):
+            table = True
+        elif table and line.startswith("  ") and not line.strip().startswith("mask as"):
+            rows.append(line.split()[0])
+        else:
+            table = False
+    return sorted(rows)
+
+
+@pytest.mark.slow
+def test_two_workers_give_the_same_benchmarks_and_rows_as_one_process(pytester):
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_suite=SUITE)
+    one = pytester.runpytest_subprocess(*ARGS, "--benchmark-json=one.json")
+    two = pytester.runpytest_subprocess(*ARGS, "-n", "2", "--benchmark-json=two.json")
+    assert one.ret == two.ret == pytest.ExitCode.OK
+    first, second = (json.loads((pytester.path / f).read_text()) for f in ("one.json", "two.json"))
+    assert {b["fullname"] for b in first["benchmarks"]} == {b["fullname"] for b in second["benchmarks"]}
+    assert len(first["benchmarks"]) >= 6
+    assert all(b["extra_info"]["schema"] == "pytest-attn.record" for b in second["benchmarks"])
+    assert second["machine_info"]["attn_devices"]
+    assert _rows(one.stdout.str()) == _rows(two.stdout.str())
+    assert "automatically disabled because xdist" not in two.stdout.str() + two.stderr.str()
+    assert "Benchmark fixture was not used" not in two.stdout.str()
+
+    shards = [pytester.runpytest_subprocess(*ARGS, f"--attn-shard={i}/2", f"--benchmark-json=s{i}.json")
+              for i in (1, 2)]
+    assert all(s.ret == pytest.ExitCode.OK for s in shards)
+    names = [{b["fullname"] for b in json.loads((pytester.path / f"s{i}.json").read_text())["benchmarks"]}
+             for i in (1, 2)]
+    assert not names[0] & names[1]
+    assert names[0] | names[1] == {b["fullname"] for b in first["benchmarks"]}, [s.stdout.str() for s in shards]
+    from pytest_attn.verdicts.cli import main
+
+    merged = pytester.path / "merged.json"
+    assert main(["merge", str(pytester.path / "s1.json"), str(pytester.path / "s2.json"), "--json", str(merged),
+                 "--baseline", "off"]) == 0
+    assert {b["fullname"] for b in json.loads(merged.read_text())["benchmarks"]} == names[0] | names[1]
+
+
+PINNED_CONFTEST = """
+import os
+
+import pytest
+
+from pytest_attn.engine.nvml import VisibleGpu
+from pytest_attn.plugin import prepare_attention_run, session, workers
+
+GPUS = [VisibleGpu(0, "GPU-aaaa", "NVIDIA H200", None), VisibleGpu(1, "GPU-bbbb", "NVIDIA H200", None)]
+workers.visible_devices = lambda: GPUS  # NVML, as the controller would see two GPUs
+session.visible_devices = lambda: GPUS
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    prepare_attention_run(config)
+"""
+PINNED_SUITE = """
+import os
+
+
+def test_pinned():
+    worker = os.environ["PYTEST_XDIST_WORKER"]
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == {"gw0": "GPU-aaaa", "gw1": "GPU-bbbb"}[worker]
+"""
+
+
+@pytest.mark.slow
+def test_workers_are_pinned_by_uuid_and_too_many_are_refused(pytester):
+    pytester.makeconftest(PINNED_CONFTEST)
+    pytester.makepyfile(test_pinned=PINNED_SUITE)
+    pinned = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2", "--attn-backends=sdpa-math")
+    assert pinned.ret == pytest.ExitCode.OK, pinned.stdout.str()
+    auto = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "auto", "--attn-backends=sdpa-math")
+    assert auto.ret == pytest.ExitCode.OK and re.search(r"created: 2/2 workers|2 workers \[", auto.stdout.str())
+    refused = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "3", "--attn-backends=sdpa-math")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines(["*-n 3 asks for 3 workers but this run may use 2 GPU(s) (GPU-aaaa, GPU-bbbb)*"])
+
+
+def test_a_worker_hands_its_records_to_the_controller():
+    from factories import record
+
+    from pytest_attn.plugin.workers import RECORD_PROPERTY, SKIP_PROPERTY, Collector
+
+    r = record("flash-attn", 1e-3, test="t.py::test[a]")
+    session = types.SimpleNamespace(records=[], skips=[])
+    config = types.SimpleNamespace(stash={workers.ATTN_SESSION: session})
+    collector = Collector(config)
+    report = types.SimpleNamespace(when="call", skipped=False,
+                                   user_properties=[(RECORD_PROPERTY, json.dumps(r.to_json()))])
+    collector.pytest_runtest_logreport(report)
+    collector.pytest_runtest_logreport(report)  # reported twice (a rerun plugin): kept once
+    skipped = types.SimpleNamespace(when="setup", skipped=True, user_properties=[(SKIP_PROPERTY, "no CUDA device")])
+    collector.pytest_runtest_logreport(skipped)
+    assert session.records == [r] and session.skips == ["no CUDA device"]
