@@ -194,3 +194,28 @@ def test_a_worker_hands_its_records_to_the_controller():
     skipped = types.SimpleNamespace(when="setup", skipped=True, user_properties=[(SKIP_PROPERTY, "no CUDA device")])
     collector.pytest_runtest_logreport(skipped)
     assert session.records == [r] and session.skips == ["no CUDA device"]
+
+
+def _shard_file(path, records):
+    """A shard's JSON as the plugin writes it: each benchmark's extra_info is its record."""
+    path.write_text(json.dumps({"machine_info": {}, "benchmarks": [
+        {"fullname": r.name, "name": r.name, "group": r.case.group, "stats": {"median": r.median_s},
+         "extra_info": r.to_json()} for r in records]}))
+    return str(path)
+
+
+def test_the_merge_command_reports_without_a_baseline_and_refuses_a_missing_one(tmp_path, capsys):
+    from factories import record
+
+    from pytest_attn.verdicts.cli import main
+
+    a = _shard_file(tmp_path / "a.json", [record("flash-attn", 1e-3, test="t.py::test[fa]")])
+    b = _shard_file(tmp_path / "b.json", [record("sdpa-cudnn", 2e-3, test="t.py::test[cudnn]")])
+    assert main(["merge", a, b, "--report", str(tmp_path / "rep"), "--baseline", "off"]) == 0
+    out = capsys.readouterr().out
+    assert "merged 2 file(s): 2 results" in out and f"wrote {tmp_path / 'rep' / 'summary.md'}" in out
+    assert "t.py::test[cudnn]" in (tmp_path / "rep" / "results.csv").read_text()  # every result, as NEW
+    assert main(["merge", a, b, "--baseline", str(tmp_path / "missing.json")]) == 4
+    assert "missing.json cannot be read" in capsys.readouterr().out
+    assert main(["merge", a, a]) == 4
+    assert "shards must not overlap" in capsys.readouterr().out

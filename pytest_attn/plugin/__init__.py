@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from .session import attn_cases, attn_session, fuzz_targets, prepare_attention_run
 
+# each before the modules that import it (bench imports workers): a plugin module pytest finds already
+# imported cannot have its asserts rewritten, and pytest warns so in every session
 pytest_plugins = [
+    "pytest_attn.plugin.workers",
     "pytest_attn.plugin.bench",
     "pytest_attn.plugin.fuzz",
     "pytest_attn.plugin.gate",
     "pytest_attn.plugin.history",
-    "pytest_attn.plugin.workers",
 ]
 
 __all__ = ["attn_cases", "attn_session", "fuzz_targets", "prepare_attention_run"]

@@ -146,7 +146,7 @@ def _reports(attn: AttnSession, records: list[Record], outcome: Outcome, name: s
     fail_on = attn.gate.fail_on
     if attn.gate.report is not None:
         for written in write_reports(attn.gate.report, outcome.comparisons, name, records, outcome.notes, fail_on):
-            lines.append(f"  {written}" if " skipped" in written else f"  wrote {written}")
+            lines.append(f"  {written}")
     summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary_file:
         with open(summary_file, "a") as fh:

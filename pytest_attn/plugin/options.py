@@ -217,8 +217,8 @@ def _add_measure_options(g: Any) -> None:
     _add(g, "--attn-drop-throttled", False, action="store_true",
          help="drop samples taken under 75%% of the nominal SM clock (nvbench's rule); count reported")
     _add(g, "--attn-inject-slowdown", None, type=inject_slowdown, metavar="PCT",
-         help="make every back end this much slower on purpose (a GPU busy-wait after each call): shows that"
-              " the regression gate turns red")
+         help="make every back end this much slower on purpose (calibrated matmuls after each call, inside the"
+              " timed graph on a GPU): shows that the regression gate turns red")
     _add(g, "--attn-no-verify", False, action="store_true",
          help="skip the check of sampled output rows against the fp64 reference before timing")
     _add(g, "--attn-compile-only", False, action="store_true",

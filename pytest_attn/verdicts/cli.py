@@ -13,6 +13,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .baseline import BaselineError, baseline_path, load_baseline
 from .gate import DEFAULT_THRESHOLD, Thresholds, parse_fail_on, parse_fraction, parse_override
@@ -62,22 +63,28 @@ def merge(args: argparse.Namespace, out: list[str]) -> int:
     devices = list({r.device.uuid or r.device.name: r.device for r in found}.values())
     out.extend(time_lines(found) + render(found, devices[0], (), args.speedup_vs))
     if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(merged, indent=2, sort_keys=True))
         out.append(f"wrote {args.json}")
-    if args.baseline == "off":
-        return OK
     status = OK
     thresholds = Thresholds.build(args.threshold, args.threshold_for)
     for fp, mine in by_device(found).values():
-        path = Path(args.baseline) if args.baseline != "auto" else baseline_path(args.baselines_dir, fp.key)
-        if args.baseline == "auto" and not path.exists():
-            out.append(f"no stored baseline for {fp.device} ({path}): every result is NEW")
-            continue
-        outcome = gate(mine, load_baseline(path), str(path), fp, thresholds, args.fail_on)
+        named = args.baseline not in ("auto", "off")
+        path = Path(args.baseline) if named else baseline_path(args.baselines_dir, fp.key)
+        base: dict[str, Any]
+        if args.baseline == "off" or (not named and not path.exists()):
+            if args.baseline != "off":
+                out.append(f"no stored baseline for {fp.device} ({path}): every result is NEW")
+            if args.report is None:
+                continue
+            base, name = {"benchmarks": []}, "none"  # a report still has the figures: every result NEW
+        else:
+            base, name = load_baseline(path), str(path)
+        outcome = gate(mine, base, name, fp, thresholds, args.fail_on)
         out.extend(outcome.lines)
         if args.report is not None:
-            out.extend(f"  wrote {w}" for w in write_reports(args.report, outcome.comparisons, str(path), mine,
-                                                              outcome.notes, args.fail_on))
+            out.extend(f"  {w}" for w in write_reports(args.report, outcome.comparisons, name, mine, outcome.notes,
+                                                        args.fail_on))
         status = max(status, {"pass": OK, "fail": FAILED, "error": USAGE}[outcome.status])
     return status
 

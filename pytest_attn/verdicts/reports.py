@@ -104,11 +104,10 @@ def csv_text(comparisons: Sequence[Comparison]) -> str:
 
 def write_reports(folder: Path, comparisons: Sequence[Comparison], baseline: str, records: Sequence[Record],
                   notes: Sequence[str] = (), fail_on: Sequence[str] = ("SLOWER",)) -> list[str]:
-    """Write summary.md, results.csv and the plots of ``records`` into ``folder``; returns what was
-    written (or why a plot was not)."""
+    """Write summary.md, results.csv and the plots of ``records`` into ``folder``; returns a line per
+    file ("wrote PATH") or plot not drawn (why)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "summary.md").write_text(markdown(comparisons, baseline, notes, fail_on))
     (folder / "results.csv").write_text(csv_text(comparisons))
-    written = [str(folder / "summary.md"), str(folder / "results.csv")]
-    written += write_plots(folder, records)
-    return written
+    written = [str(folder / "summary.md"), str(folder / "results.csv"), *write_plots(folder, records)]
+    return [w if " skipped" in w else f"wrote {w}" for w in written]
