@@ -106,10 +106,14 @@ clocks.CONTROL_FACTORY = lambda: [FileControl()]
 '''
 
 
-def _no_core_dump() -> None:
+def _child() -> None:
+    """The run's process as a terminal would start it: no core dump, and the signals these tests send at
+    their default action (a test run under nohup, or as a background job, inherits them ignored)."""
     import resource
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(signum, signal.SIG_DFL)  # exec keeps an ignored signal ignored, a default one default
 
 
 def _start(tmp_path: Path, *args: str, conftest: str = CONFTEST) -> subprocess.Popen[str]:
@@ -119,7 +123,7 @@ def _start(tmp_path: Path, *args: str, conftest: str = CONFTEST) -> subprocess.P
     return subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--attn-backends=slow",
                              "--attn-profile=cpu", "--attn-max-time=30", "--attn-precision=0.0001", *args],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=_no_core_dump)
+                            preexec_fn=_child)
 
 
 def _wait_for(path: Path, proc: subprocess.Popen[str], timeout_s: float = 60) -> None:
