@@ -41,3 +41,21 @@ def record(backend: str, median_s: float, *, case: AttnCase | None = None, shape
         work=w, figures=figures(w, median_s, device.peak(case.dtype), clock),
         clocks=Clocks.of(list(clocks), "not locked", None), expression=expression,
     )
+
+
+def attention_suite(kind: str = "all") -> str:
+    """A test file (for pytester) parametrised over the selected profile's cases of ``kind``, each
+    measured with ``attn_bench``: the shape of ``suites/test_prefill.py``."""
+    return f'''
+from pytest_attn.plugin import attn_cases
+
+
+def pytest_generate_tests(metafunc):
+    if "case" in metafunc.fixturenames:
+        cases = attn_cases(metafunc.config, "{kind}")
+        metafunc.parametrize("case", cases, ids=[c.id for c in cases])
+
+
+def test_attn(attn_bench, case):
+    attn_bench(case)
+'''

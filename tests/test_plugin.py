@@ -5,25 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from factories import attention_suite
 
 from pytest_attn.core.record import Record
 
 torch = pytest.importorskip("torch")
 
-SUITE = '''
-import pytest
-from pytest_attn.plugin import attn_cases
-
-
-def pytest_generate_tests(metafunc):
-    if "case" in metafunc.fixturenames:
-        cases = attn_cases(metafunc.config, "all")
-        metafunc.parametrize("case", cases, ids=[c.id for c in cases])
-
-
-def test_attn(attn_bench, case):
-    attn_bench(case)
-'''
+SUITE = attention_suite()
 
 FAST = ["-p", "no:cacheprovider", "--attn-profile=cpu", "--attn-max-time=0.05", "--attn-min-samples=5"]
 

@@ -10,6 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from factories import attention_suite  # noqa: E402
+
 from pytest_attn.backends import Registry, RegistryError, SdpaBackend  # noqa: E402
 from pytest_attn.backends.registration import register_entry_points  # noqa: E402
 from pytest_attn.core.record import Record  # noqa: E402
@@ -76,19 +78,7 @@ def pytest_attn_register_backends(registry, config):
     registry.register(Mine())
 '''
 
-SUITE = '''
-from pytest_attn.plugin import attn_cases
-
-
-def pytest_generate_tests(metafunc):
-    if "case" in metafunc.fixturenames:
-        cases = attn_cases(metafunc.config, "prefill")
-        metafunc.parametrize("case", cases, ids=[c.id for c in cases])
-
-
-def test_attn(attn_bench, case):
-    attn_bench(case)
-'''
+SUITE = attention_suite("prefill")
 
 
 def test_a_conftest_back_end_runs_like_a_built_in_one(pytester):

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from factories import attention_suite
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
@@ -57,19 +58,7 @@ def pytest_attn_register_backends(registry, config):
     registry.register(Slow())
 '''
 
-SUITE = '''
-from pytest_attn.plugin import attn_cases
-
-
-def pytest_generate_tests(metafunc):
-    if "case" in metafunc.fixturenames:
-        cases = attn_cases(metafunc.config, "all")
-        metafunc.parametrize("case", cases, ids=[c.id for c in cases])
-
-
-def test_attn(attn_bench, case):
-    attn_bench(case)
-'''
+SUITE = attention_suite()
 
 
 FAKE_NVML = '''

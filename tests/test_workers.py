@@ -14,6 +14,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("xdist")
 
+from factories import attention_suite
+
 from pytest_attn.plugin import workers
 from pytest_attn.plugin.workers import GPUS_KEY, check_workers, pin
 from pytest_attn.verdicts.merge import MergeError, merge_runs
@@ -64,19 +66,7 @@ def test_shards_merge_into_one_run_and_must_not_overlap():
         merge_runs([("a.json", a), ("c.json", a)])
 
 
-SUITE = """
-from pytest_attn.plugin import attn_cases
-
-
-def pytest_generate_tests(metafunc):
-    if "case" in metafunc.fixturenames:
-        cases = attn_cases(metafunc.config, "all")
-        metafunc.parametrize("case", cases, ids=[c.id for c in cases])
-
-
-def test_attn(attn_bench, case):
-    attn_bench(case)
-"""
+SUITE = attention_suite()
 CONFTEST = """
 import pytest
 
