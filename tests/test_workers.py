@@ -209,3 +209,22 @@ def test_the_merge_command_reports_without_a_baseline_and_refuses_a_missing_one(
     assert "missing.json cannot be read" in capsys.readouterr().out
     assert main(["merge", a, a]) == 4
     assert "shards must not overlap" in capsys.readouterr().out
+
+
+def test_the_controller_compares_saved_runs_without_their_gpu_entries():
+    """Before the workers probe their GPUs the controller's machine_info has none: pytest-benchmark's check
+    must not warn for that, and the saved run is left as it was."""
+    options = {"dist": "loadgroup", "tx": ["popen", "popen"]}
+    controller = types.SimpleNamespace(getoption=lambda name, default=None: options.get(name, default))
+    saved = {"machine_info": {"node": "n", "attn_device": {"name": "NVIDIA H200"}}}
+    seen = []
+    hook = workers.pytest_benchmark_compare_machine_info(controller, saved)
+    next(hook)
+    seen.append(dict(saved["machine_info"]))
+    with pytest.raises(StopIteration):
+        hook.send(None)
+    assert seen == [{"node": "n"}] and saved["machine_info"]["attn_device"] == {"name": "NVIDIA H200"}
+    alone = types.SimpleNamespace(getoption=lambda name, default=None: {"dist": "no"}.get(name, default))
+    hook = workers.pytest_benchmark_compare_machine_info(alone, saved)
+    next(hook)
+    assert "attn_device" in saved["machine_info"]  # one process: its machine_info has its GPU, compared in full
