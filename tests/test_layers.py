@@ -26,7 +26,9 @@ LAZY_ALLOWED = {
     ("plugin/fuzz.py", "pytest_attn.fuzz.profiles"),
     ("plugin/fuzz.py", "pytest_attn.fuzz.fuzzer"),
 }
-HEAVY = ("torch", "flash_attn", "flash_attn_interface", "flashinfer", "triton", "hypothesis", "pynvml")
+#: Imported only inside the functions that use them: the plugin loads in every pytest session of its
+#: environment (numpy alone was a third of its start-up cost).
+HEAVY = ("torch", "flash_attn", "flash_attn_interface", "flashinfer", "triton", "hypothesis", "pynvml", "numpy")
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 50
 

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+
 
 Dtype = Literal["fp16", "bf16", "fp32", "fp8"]
 DTYPES: tuple[str, ...] = ("fp16", "bf16", "fp32", "fp8")
@@ -35,10 +37,10 @@ MASK_KINDS: tuple[str, ...] = ("none", "causal", "window", "custom")
 
 #: A custom mask: ``fn(seqlen_q, seqlen_k)`` returns a boolean array of shape
 #: ``(seqlen_q, seqlen_k)``, True where the query may see the key.
-MaskFn = Callable[[int, int], np.ndarray]
+MaskFn = Callable[[int, int], "np.ndarray"]
 #: A custom mask by rows: ``rows_fn(seqlen_q, seqlen_k, rows)`` returns the ``(len(rows), seqlen_k)``
 #: rows of the same array, so a few rows of a 111,856-token mask cost kilobytes, not 12.5 GB.
-MaskRowsFn = Callable[[int, int, np.ndarray], np.ndarray]
+MaskRowsFn = Callable[[int, int, "np.ndarray"], "np.ndarray"]
 
 
 class CaseError(ValueError):
@@ -102,6 +104,7 @@ class Mask:
 
     def rows(self, seqlen_q: int, seqlen_k: int, rows: np.ndarray) -> np.ndarray:
         """Rows of a custom mask as a bool ``(len(rows), seqlen_k)`` array."""
+        import numpy as np
         if self.rows_fn is not None:
             out = np.asarray(self.rows_fn(seqlen_q, seqlen_k, np.asarray(rows)), dtype=bool)
         else:

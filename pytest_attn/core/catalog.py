@@ -6,10 +6,10 @@ direction; a suite crosses the profile's variants with the selected back ends.
 
 from __future__ import annotations
 
+import math
+import random
 from collections.abc import Iterable
 from dataclasses import dataclass
-
-import numpy as np
 
 from . import masks
 from .case import AttnCase, KvCache, Mask
@@ -113,12 +113,12 @@ def decode_shape(model: Model, keys: int, batch: int = 1, queries: int = 1) -> S
 def serving_mix(model: Model, batch: int, median: int, sigma: float, seed: int, capacity: int,
                 append: int = 1) -> Shape:
     """A serving decode step: ``batch`` requests whose cache lengths are drawn from a long-tailed
-    log-normal distribution (``median``, ``sigma``; numpy's default generator with ``seed``), clipped to
+    log-normal distribution (``median``, ``sigma``; Python's ``random.Random(seed)``), clipped to
     the ``capacity`` of the allocated cache, each appending ``append`` new tokens and attending over its
     own length. The name carries the distribution and the seed, so the batch is the same everywhere."""
-    rng = np.random.default_rng(seed)
-    cached = np.clip(np.round(rng.lognormal(np.log(median), sigma, batch)), 0, capacity - append).astype(int)
-    seqlens_k = tuple(int(n) + append for n in cached)
+    rng = random.Random(seed)
+    cached = [min(max(round(rng.lognormvariate(math.log(median), sigma)), 0), capacity - append) for _ in range(batch)]
+    seqlens_k = tuple(n + append for n in cached)
     drawn = f"cache lengths ~ lognormal(median {median}, sigma {sigma}), seed {seed}"
     step = "serving" if append == 1 else f"serving-spec{append}"
     return Shape(

@@ -33,10 +33,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from .case import AttnCase, Mask
+
+if TYPE_CHECKING:
+    import numpy as np
 
 CONVENTION = "exact-mask"
 FA2_CONVENTION = "fa2"
@@ -45,6 +47,7 @@ BWD_FACTOR = 2.5
 
 def visible_keys_per_row(seqlen_q: int, seqlen_k: int, mask: Mask) -> np.ndarray:
     """How many keys each query row sees, as a read-only int64 array of length ``seqlen_q``."""
+    import numpy as np
     if mask.kind == "none":
         return np.full(seqlen_q, seqlen_k, dtype=np.int64)
     if mask.kind == "custom":
@@ -56,6 +59,7 @@ def visible_keys_per_row(seqlen_q: int, seqlen_k: int, mask: Mask) -> np.ndarray
 def _custom_counts(seqlen_q: int, seqlen_k: int, mask: Mask) -> np.ndarray:
     """Row counts of a custom mask, counted once per (length, mask): a 111,856-token mask takes
     seconds to scan, and every back end asks. Custom masks are identified by name (see Mask)."""
+    import numpy as np
     block = max(1, (1 << 26) // max(1, seqlen_k))  # blocks of rows: memory stays bounded at any length
     counts = [
         mask.rows(seqlen_q, seqlen_k, np.arange(start, min(seqlen_q, start + block))).sum(axis=1, dtype=np.int64)
@@ -67,6 +71,7 @@ def _custom_counts(seqlen_q: int, seqlen_k: int, mask: Mask) -> np.ndarray:
 
 
 def _window_counts(seqlen_q: int, seqlen_k: int, mask: Mask) -> np.ndarray:
+    import numpy as np
     left, right = mask.window_left, mask.window_right
     rows = np.arange(seqlen_q, dtype=np.int64)
     diag = rows + (seqlen_k - seqlen_q)  # the key aligned with each query (bottom-right)

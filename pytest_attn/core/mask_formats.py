@@ -14,19 +14,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+
 
 BIT_WEIGHTS = (1, 2, 4, 8, 16, 32, 64, 128)  # little bit order
 
 
 def pack_bits(dense: np.ndarray) -> np.ndarray:
     """Dense bool mask -> 1-D uint8, query-major, little bit order (FlashInfer's format)."""
+    import numpy as np
     return np.packbits(np.asarray(dense, dtype=bool).reshape(-1), bitorder="little")
 
 
 def unpack_bits(packed: np.ndarray, seqlen_q: int, seqlen_k: int) -> np.ndarray:
     """Inverse of :func:`pack_bits`."""
+    import numpy as np
     flat = np.unpackbits(np.asarray(packed, dtype=np.uint8), count=seqlen_q * seqlen_k, bitorder="little")
     return flat.reshape(seqlen_q, seqlen_k).astype(bool)
 
@@ -72,6 +77,7 @@ def bsr_block_width(seqlen_k: int, preferred: int = 128, smallest: int = 16) -> 
 def to_bsr(dense: np.ndarray, R: int, C: int) -> Bsr:
     """Dense bool ``(sq, sk)`` mask -> :class:`Bsr`. ``sk`` must be a multiple of ``C``; the last row
     of tiles may be short (padded rows are invisible)."""
+    import numpy as np
     dense = np.asarray(dense, dtype=bool)
     sq, sk = dense.shape
     if sk % C:
@@ -96,6 +102,7 @@ def to_bsr(dense: np.ndarray, R: int, C: int) -> Bsr:
 
 def from_bsr(bsr: Bsr) -> np.ndarray:
     """Inverse of :func:`to_bsr` (for tests and checks)."""
+    import numpy as np
     mb = bsr.indptr.shape[0] - 1
     out = np.zeros((mb * bsr.R, bsr.seqlen_k), dtype=bool)
     for row in range(mb):

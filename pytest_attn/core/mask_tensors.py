@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from .case import Mask
 from .mask_formats import BIT_WEIGHTS
 from .masks import window_rows
@@ -28,6 +26,7 @@ def dense_mask(
     """:func:`dense_mask_np` as a torch bool tensor on ``device``, built once, outside any timing.
     Window masks are built on the device itself; custom masks row-block by row-block, so host memory
     stays bounded (a 111,856-token mask is 12.5 GB on the device, never on the host)."""
+    import numpy as np
     import torch
 
     if mask.kind in ("none", "causal", "window"):

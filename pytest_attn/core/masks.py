@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from .case import AttnCase, CaseError, Mask
 from .flops import visible_pairs
+
+if TYPE_CHECKING:
+    import numpy as np
 
 ALIGNMENTS = ("bottom-right", "top-left")
 
@@ -35,6 +36,7 @@ ALIGNMENTS = ("bottom-right", "top-left")
 # ---- builders -----------------------------------------------------------------------------------
 def causal(alignment: str = "bottom-right") -> Mask:
     """Causal mask; ``alignment`` says which corner the diagonal starts from when sq != sk."""
+    import numpy as np
     if alignment == "bottom-right":
         return Mask.causal()
     if alignment == "top-left":
@@ -59,6 +61,7 @@ def document(lengths: Sequence[int], *, causal: bool = False) -> Mask:
     """Block-diagonal mask over documents of ``lengths`` packed into one sequence of ``sum(lengths)``
     tokens (queries and keys): a token sees only its own document (and only earlier tokens of it
     when ``causal``)."""
+    import numpy as np
     lengths = tuple(int(n) for n in lengths)
     if not lengths or any(n <= 0 for n in lengths):
         raise CaseError(f"document lengths {lengths!r} must be one or more positive ints")
@@ -79,6 +82,7 @@ def document(lengths: Sequence[int], *, causal: bool = False) -> Mask:
 def prefix_lm(prefix: int) -> Mask:
     """Prefix-LM: every query sees the first ``prefix`` keys, and keys up to its own position
     (bottom-right aligned) after that."""
+    import numpy as np
     if prefix < 0:
         raise CaseError(f"prefix={prefix} must be >= 0")
 
@@ -92,6 +96,7 @@ def prefix_lm(prefix: int) -> Mask:
 def random_block_sparse(block: int = 128, density: float = 0.25, seed: int = 0) -> Mask:
     """Whole ``block x block`` tiles, each kept with probability ``density`` (seeded); every row of
     tiles keeps its diagonal tile, so no query is left without keys."""
+    import numpy as np
     if block <= 0:
         raise CaseError(f"block={block} must be positive")
     if not 0 < density <= 1:
@@ -112,6 +117,7 @@ def random_block_sparse(block: int = 128, density: float = 0.25, seed: int = 0) 
 
 def all_true() -> Mask:
     """The dense all-True mask: hides nothing, but a library given it as a custom mask still reads it."""
+    import numpy as np
 
     def rows(sq: int, sk: int, r: np.ndarray) -> np.ndarray:
         return np.ones((len(r), sk), dtype=bool)
@@ -134,6 +140,7 @@ def window_rows(i: Any, j: Any, offset: int, left: int, right: int) -> Any:
 def dense_mask_np(mask: Mask, seqlen_q: int, seqlen_k: int, rows: np.ndarray | None = None) -> np.ndarray:
     """Boolean ``(seqlen_q, seqlen_k)`` array, True where query i may see key j; only the query
     ``rows`` when given."""
+    import numpy as np
     i = np.arange(seqlen_q) if rows is None else np.asarray(rows)
     if mask.kind == "custom":
         return mask.rows(seqlen_q, seqlen_k, i)
