@@ -59,3 +59,18 @@ def pytest_generate_tests(metafunc):
 def test_attn(attn_bench, case):
     attn_bench(case)
 '''
+
+
+def fuzz_planted(fuzzer, direction: str = "fwd", backend: str = "planted") -> None:
+    """Run the fuzzer's property for ``backend`` with the ci profile's budget, without shrinking or an
+    example database: these tests ask whether a planted fault is found within the budget (what a failure
+    shrinks to is test_strategies' business; shrinking took most of their time). Raises what it finds."""
+    from hypothesis import Phase, given, settings
+    from hypothesis import strategies as st
+
+    @settings(settings.get_profile("ci"), database=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+    @given(data=st.data())
+    def prop(data):
+        fuzzer.check(backend, direction, data)
+
+    prop()

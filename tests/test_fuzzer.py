@@ -4,10 +4,12 @@ each found by the ``ci`` profile within its example budget; the same back end wi
 from __future__ import annotations
 
 import pytest
-from hypothesis import Phase, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
+
+from factories import fuzz_planted  # noqa: E402
 
 from pytest_attn.backends import Registry  # noqa: E402
 from pytest_attn.core import masks  # noqa: E402
@@ -83,21 +85,8 @@ def _with(case, **changes):
     return dataclasses.replace(case, **changes)
 
 
-#: The ci profile, without shrinking: these tests ask whether a fault is found within the budget; what a
-#: found failure shrinks to is test_strategies' business (shrinking took most of their time).
-FIND_ONLY = settings(settings.get_profile("ci"), database=None,
-                     phases=[Phase.explicit, Phase.reuse, Phase.generate])
-
-
 def _fuzz(fault: str, direction: str = "fwd") -> None:
-    fuzzer = Fuzzer(Registry([Planted(fault)]), CPU, dtypes=("fp32",))
-
-    @FIND_ONLY
-    @given(data=st.data())
-    def prop(data):
-        fuzzer.check("planted", direction, data)
-
-    prop()
+    fuzz_planted(Fuzzer(Registry([Planted(fault)]), CPU, dtypes=("fp32",)), direction)
 
 
 def test_the_correct_back_end_passes():
@@ -152,14 +141,8 @@ def test_a_relation_refused_with_one_mask_is_still_fuzzed_with_the_masks_it_take
 
 def test_a_fault_in_single_query_attention_is_caught_where_a_causal_probe_would_refuse_decode():
     fuzzer = Fuzzer(Registry([FlashLike("single_query")]), CPU, dtypes=("fp32",))
-
-    @FIND_ONLY
-    @given(data=st.data())
-    def prop(data):
-        fuzzer.check("planted", "fwd", data)
-
     with pytest.raises(AssertionError, match="planted gives a wrong result"):
-        prop()
+        fuzz_planted(fuzzer)
 
 
 def test_real_sdpa_flash_forward_reaches_decode_on_cpu():

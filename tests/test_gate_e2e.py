@@ -100,17 +100,6 @@ ARGS = ["-p", "no:cacheprovider", "--attn-profile=cpu", "--attn-backends=steady"
 KEY = "cpu-test-cpu-9000"
 
 
-class FakeClock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-    def advance(self, seconds):
-        self.now += seconds
-
-
 class ClockWork:
     """The injection's matmuls on the fake clock: a size^2 product takes 1e-10 x size^2 seconds."""
 
@@ -130,8 +119,8 @@ class ClockWork:
 
 
 @pytest.fixture
-def run(pytester, monkeypatch):
-    clock = FakeClock()
+def run(pytester, monkeypatch, fake_clock):
+    clock = fake_clock
     monkeypatch.setattr(timers, "CPU_CLOCK", clock)
     monkeypatch.setattr(slowed, "WORK_FACTORY", lambda device: ClockWork(clock))
     monkeypatch.setattr(probe, "cpu_model", lambda: "Test CPU 9000")
