@@ -99,3 +99,37 @@ def test_the_output_check_covers_a_middle_sequence_of_a_ragged_batch():
     wrong[5 + 1 : 5 + 1 + 17] = wrong[5 + 1 : 5 + 1 + 17].flip(0)  # only the third sequence is wrong
     check = check_rows(case, inputs, wrong, "thd")
     assert not check.ok and "sequence 2" in check.worst
+
+
+def test_long_sequences_check_whole_gqa_groups_of_a_few_heads():
+    from pytest_attn.oracle.checks import GRAD_CHECK_FLOPS, grad_check_heads
+
+    case = AttnCase("ref", "h", (111_856,), (111_856,), 24, 24, 128, 128, "bf16", Mask.none(), "fwd+bwd")
+    heads = grad_check_heads(case, 0)
+    assert heads is not None and len(heads.kv) == 1 and heads.q == heads.kv  # 6.4 TFLOP a head: one head
+    gqa = AttnCase("ref", "g", (16_384,), (16_384,), 32, 8, 128, 128, "bf16", Mask.causal(), "fwd+bwd")
+    heads = grad_check_heads(gqa, 0)
+    assert heads is not None and len(heads.kv) * 4 == len(heads.q)  # every query head of each kv head's group
+    per_group = 4 * 16_384**2 * 4 * 128  # FLOPs of one pass over one GQA group's 4 query heads
+    assert all(h // 4 in heads.kv for h in heads.q) and per_group * len(heads.kv) <= GRAD_CHECK_FLOPS < per_group * 8
+    llama = AttnCase("ref", "l", (8192,), (8192,), 32, 8, 128, 128, "bf16", Mask.causal(), "fwd+bwd")
+    assert grad_check_heads(llama, 0) is None  # 1.1 TFLOP: every head
+
+
+@pytest.mark.parametrize("tensor", ["dq", "dk", "dv"])
+def test_a_wrong_head_among_the_sampled_ones_is_found_and_named(monkeypatch, tensor):
+    import pytest_attn.oracle.checks as checks
+
+    case = AttnCase("ref", "r", (5, 17), (5, 17), 8, 4, 16, 16, "bf16", Mask.causal(), "fwd+bwd")
+    inputs = make_inputs(case, "thd", "cpu", requires_grad=True, seed=1)
+    out, (dq, dk, dv) = _grads(case, inputs)
+    monkeypatch.setattr(checks, "GRAD_CHECK_FLOPS", 4 * 17 * 17 * 2 * 16 * 2)  # two kv heads of four fit
+    heads = checks.grad_check_heads(case, 1)
+    assert heads is not None and heads.kv == [0, 2] and heads.q == [0, 1, 4, 5]
+    full = check_grad_rows(case, inputs, out, "thd", (dq, dk, dv))
+    assert full.ok and full.kv_heads_checked == 2, full.message(case)
+    planted = {"dq": dq.clone(), "dk": dk.clone(), "dv": dv.clone()}
+    head = 5 if tensor == "dq" else 2  # a covered head of the second sequence
+    planted[tensor][5:, head] *= 1.5
+    check = check_grad_rows(case, inputs, out, "thd", (planted["dq"], planted["dk"], planted["dv"]))
+    assert not check.ok and check.tensor == tensor and f"head {head}," in check.worst and "sequence 1" in check.worst

@@ -99,6 +99,7 @@ class Check:
     grad_max_error: float | None = None  # of the gradient the check found closest to its allowance
     grad_allowed: float | None = None
     grad_tensor: str = ""
+    grad_kv_heads: int = 0  # kv heads the gradient check covered, with their query heads (long cases: a few)
     cache: str = ""  # a call that writes a KV cache: what of it was checked after the call
 
 

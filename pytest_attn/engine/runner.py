@@ -264,7 +264,8 @@ def _check(case: AttnCase, inputs: Any, out: Any, layout: str, grads: tuple[Any,
         if not grad.ok:
             raise CaseFailed(grad.message(case))
         summary = dataclasses.replace(summary, grad_rows=grad.rows_checked, grad_max_error=grad.max_error,
-                                      grad_allowed=grad.allowed, grad_tensor=grad.tensor)
+                                      grad_allowed=grad.allowed, grad_tensor=grad.tensor,
+                                      grad_kv_heads=grad.kv_heads_checked)
     return dataclasses.replace(summary, seconds=time.perf_counter() - t0)
 
 

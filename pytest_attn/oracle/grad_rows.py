@@ -9,7 +9,8 @@ query rows ``R`` and sampled key rows ``C`` (per head, ``P = exp(S - lse)``, ``d
     dv_C = sum_i P[i, C]^T dO_i           (every query row's score against the sampled keys)
     dk_C = scale * sum_i dS[i, C]^T q_i
 
-with the heads of a GQA group summed for dk and dv. The same formulas run in fp64 for the truth and in
+with the heads of a GQA group summed for dk and dv. The tensors may hold some of the case's heads (whole
+GQA groups): the group size is read from their shapes. The same formulas run in fp64 for the truth and in
 the case's dtype for the allowance. :func:`rounding_term` is what a FlashAttention backward errs by
 design (``D`` from the output it returned, rounded): ``delta_i = dO_i . (O_kernel_i - O_i)`` moves dq_i by
 ``-scale delta_i (P k)_i`` and dk_j by ``-scale sum_i delta_i P_ij q_i``.
@@ -43,7 +44,7 @@ def _scores(q: torch.Tensor, k: torch.Tensor, case: AttnCase, rows: torch.Tensor
     None), in q's dtype; masked pairs are -inf."""
     import torch
 
-    group = case.heads_q // case.heads_kv
+    group = q.shape[1] // k.shape[1]
     keys = k if cols is None else k[cols]
     s = torch.einsum("qhd,khd->hqk", q[rows], keys.repeat_interleave(group, dim=1)) * case.scale
     if case.mask.kind != "none":
@@ -68,9 +69,9 @@ def row_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, case: AttnCase)
     import torch
 
     sq, sk = q.shape[0], k.shape[0]
-    group = case.heads_q // case.heads_kv
+    group = q.shape[1] // k.shape[1]
     vr = v.repeat_interleave(group, dim=1)
-    block = max(1, BLOCK_BYTES // max(1, case.heads_q * sk * q.element_size()))
+    block = max(1, BLOCK_BYTES // max(1, q.shape[1] * sk * q.element_size()))
     lses, outs = [], []
     for start in range(0, sq, block):
         rows = torch.arange(start, min(sq, start + block), device=q.device)
@@ -87,7 +88,7 @@ def grads_at(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad_out: torch.
     import torch
 
     sq, sk = q.shape[0], k.shape[0]
-    group = case.heads_q // case.heads_kv
+    group = q.shape[1] // k.shape[1]
     kr, vr = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     d = torch.einsum("qhd,qhd->qh", grad_out, stats.out)  # D_i per row and head
     # dq at the sampled query rows
@@ -102,7 +103,7 @@ def grads_at(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad_out: torch.
     ds_c = p_c * (dp_c - d.transpose(0, 1)[..., None])
     dv = torch.einsum("hqk,qhd->khd", p_c, grad_out)
     dk = case.scale * torch.einsum("hqk,qhd->khd", ds_c, q)
-    fold = (len(cols), case.heads_kv, group, -1)
+    fold = (len(cols), k.shape[1], group, -1)
     return dq, dk.reshape(fold).sum(dim=2), dv.reshape(fold).sum(dim=2)
 
 
@@ -112,7 +113,7 @@ def rounding_term(q: torch.Tensor, k: torch.Tensor, kernel_out: torch.Tensor, gr
     import torch
 
     sq, sk = q.shape[0], k.shape[0]
-    group = case.heads_q // case.heads_kv
+    group = q.shape[1] // k.shape[1]
     delta = torch.einsum("qhd,qhd->qh", grad_out, kernel_out - stats.out)  # (sq, hq)
     p_r = _probabilities(_scores(q, k, case, rows, None, sq, sk), stats.lse[rows])
     delta_dq = -case.scale * delta[rows][..., None] * torch.einsum("hqk,khd->qhd", p_r,
@@ -120,4 +121,4 @@ def rounding_term(q: torch.Tensor, k: torch.Tensor, kernel_out: torch.Tensor, gr
     every = torch.arange(sq, device=q.device)
     p_c = _probabilities(_scores(q, k, case, every, cols, sq, sk), stats.lse)
     delta_dk = -case.scale * torch.einsum("hqk,qh,qhd->khd", p_c, delta, q)
-    return delta_dq, delta_dk.reshape(len(cols), case.heads_kv, group, -1).sum(dim=2)
+    return delta_dq, delta_dk.reshape(len(cols), k.shape[1], group, -1).sum(dim=2)
