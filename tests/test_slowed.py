@@ -109,3 +109,24 @@ def test_a_plan_is_made_once_per_case_for_every_input_set(monkeypatch):
     for seed in range(3):
         backend.prepare(case, make_inputs(case, inner.layout, torch.device("cpu"), seed=seed))
     assert made.count("plan") == 1
+
+
+def test_on_a_gpu_the_step_and_the_products_are_timed_in_device_time(monkeypatch):
+    """The kernel-sum timer reads kernels' device time; events around a short product read its launch
+    overhead (13.5 us for ~2 us of kernel on an H200), which made the injection add far less than asked."""
+    from pytest_attn.engine import profiler
+
+    calls = []
+
+    def activity(run):  # CUPTI's records of the calls run() made: 2 us of kernel each
+        calls.append(len(run()))
+        return [("gemm", 2e-6)] * calls[-1]
+
+    monkeypatch.setattr(profiler, "device_activity", activity)
+    monkeypatch.setattr(profiler, "events_seconds", lambda fn, reps: pytest.fail("timed with events"))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    work = MatmulWork(torch.device("cpu"))
+    work.cuda = True  # a GPU's path, on the CPU
+    assert work.step_seconds(lambda: None) == pytest.approx(2e-6)
+    assert calls == [5, 5, 5]  # three traced runs of five calls; the least per call
+    assert profiler.device_seconds(lambda: None, 4, trials=2) == pytest.approx(2e-6) and calls[-2:] == [4, 4]

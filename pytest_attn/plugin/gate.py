@@ -106,7 +106,7 @@ def _gate_one(config: pytest.Config, attn: AttnSession, fp: Fingerprint, records
             return "none"
         base, name = {"benchmarks": []}, "none"  # a report still has the figures: every result NEW
     assert base is not None
-    outcome = gate(records, base, name, fp, options.thresholds, options.fail_on)
+    outcome = gate(records, base, name, fp, options.thresholds, options.fail_on, named=options.baseline != "auto")
     lines += outcome.lines
     _reports(attn, records, outcome, name, lines)
     return outcome.status

@@ -80,7 +80,7 @@ def merge(args: argparse.Namespace, out: list[str]) -> int:
             base, name = {"benchmarks": []}, "none"  # a report still has the figures: every result NEW
         else:
             base, name = load_baseline(path), str(path)
-        outcome = gate(mine, base, name, fp, thresholds, args.fail_on)
+        outcome = gate(mine, base, name, fp, thresholds, args.fail_on, named)
         out.extend(outcome.lines)
         if args.report is not None:
             out.extend(f"  {w}" for w in write_reports(args.report, outcome.comparisons, name, mine, outcome.notes,

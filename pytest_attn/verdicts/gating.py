@@ -56,8 +56,10 @@ def refusal(base: dict[str, Any], name: str, fp: Fingerprint) -> tuple[str | Non
 
 
 def gate(records: Sequence[Record], base: dict[str, Any], name: str, fp: Fingerprint, thresholds: Thresholds,
-         fail_on: Sequence[str] = ("SLOWER",)) -> Outcome:
-    """Verdicts for ``records`` (one device model) against the run ``base``."""
+         fail_on: Sequence[str] = ("SLOWER",), named: bool = True) -> Outcome:
+    """Verdicts for ``records`` (one device model) against the run ``base``. ``named``: the user named
+    the baseline (a run that matches none of it then fails); else it is the one stored for the device,
+    and a run of another selection (one suite, ``-k serving``) is not gated, with a note saying so."""
     refused, notes = refusal(base, name, fp) if base.get("benchmarks") else (None, [])
     if refused:
         return Outcome("error", [f"error: {refused}"])
@@ -72,9 +74,14 @@ def gate(records: Sequence[Record], base: dict[str, Any], name: str, fp: Fingerp
     lines = terminal_lines(comparisons, name, notes)
     failing = regressions(comparisons, fail_on)
     if old and not matched(comparisons):
-        lines.append(f"error: no case of this run is in the baseline {name} ({len(old)} cases there, {len(new)}"
-                     " here): nothing was compared. Run the baseline's selection, or record a baseline for this one")
-        return Outcome("fail", lines, comparisons, notes)
+        nothing = (f"no case of this run is in the baseline {name} ({len(old)} cases there, {len(new)} here):"
+                   " nothing was compared")
+        if named:
+            lines.append(f"error: {nothing}. Run the baseline's selection, or record a baseline for this one")
+            return Outcome("fail", lines, comparisons, notes)
+        return Outcome("pass", [f"not gated: {nothing} -- this run is another selection than the stored baseline's."
+                                " To gate it, record a baseline of its own (--attn-save-baseline"
+                                " --attn-baselines-dir=DIR) and gate with --attn-baseline=PATH"], comparisons, notes)
     if failing:
         lines.append(f"failed: {counts(failing)} (--attn-fail-on={','.join(v.lower() for v in fail_on)})")
         return Outcome("fail", lines, comparisons, notes)
