@@ -130,3 +130,10 @@ def test_on_a_gpu_the_step_and_the_products_are_timed_in_device_time(monkeypatch
     assert work.step_seconds(lambda: None) == pytest.approx(2e-6)
     assert calls == [5, 5, 5]  # three traced runs of five calls; the least per call
     assert profiler.device_seconds(lambda: None, 4, trials=2) == pytest.approx(2e-6) and calls[-2:] == [4, 4]
+    now = [0.0]
+    monkeypatch.setattr(slowed.timers, "CPU_CLOCK", lambda: now[0])
+
+    def long_step():
+        now[0] += 0.4  # a HunyuanVideo-long step: traced twice, once each
+    calls.clear()
+    assert work.step_seconds(long_step) == pytest.approx(2e-6) and calls == [1, 1]

@@ -51,14 +51,15 @@ def events_seconds(fn: Callable[[], Any], reps: int) -> float:
     return start.elapsed_time(end) / 1e3
 
 
-def device_seconds(fn: Callable[[], Any], reps: int, trials: int = 3) -> float:
+def device_seconds(fn: Callable[[], Any], reps: int, trials: int = 3, warm: bool = True) -> float:
     """Device time of one call of ``fn`` -- the sum of its kernels', memsets' and copies' durations, as
     the kernel-sum timer reads them (no launch overhead, no gaps) -- the least over ``trials`` runs of
-    ``reps`` calls, after one warm call (for the deliberate slowdown's calibration)."""
+    ``reps`` calls, after one warm call unless ``warm`` is False (for the deliberate slowdown's calibration)."""
     import torch
 
-    fn()
-    torch.cuda.synchronize()
+    if warm:
+        fn()
+        torch.cuda.synchronize()
     return min(sum(sec for _, sec in device_activity(lambda: [fn() for _ in range(reps)])) / reps
                for _ in range(trials))
 
