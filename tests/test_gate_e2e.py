@@ -179,6 +179,7 @@ def test_missing_cases_fail_when_asked_and_a_run_matching_nothing_fails_when_the
     assert other.ret == pytest.ExitCode.OK
     other.stdout.fnmatch_lines([f"not gated: no case of this run is in the baseline */b/{KEY}/baseline.json ({count}"
                                 f" cases there, {count} here): nothing was compared -- *--attn-baseline=PATH"])
+    assert run("test_other.py", "--attn-fail-on=slower,missing").ret == pytest.ExitCode.TESTS_FAILED
     named = run("test_other.py", f"--attn-baseline=b/{KEY}/baseline.json")  # a gate asked for by name must compare
     assert named.ret == pytest.ExitCode.TESTS_FAILED
     named.stdout.fnmatch_lines([f"error: no case of this run is in the baseline b/{KEY}/baseline.json ({count} cases"

@@ -105,7 +105,8 @@ class MatmulWork:
         return self.step_seconds(self.runner(WorkPlan(size, 1, 0.0, 0.0)))
 
     def step_seconds(self, step: Callable[[], Any]) -> float:
-        """One call's time: the median of five after a warm one."""
+        """One call's time: on a GPU its device time, the least of three traced runs of five calls (of two
+        single calls for a step over :data:`LONG_STEP_S`); on a CPU the median of five; after a warm call."""
         if self.cuda:
             import torch
 

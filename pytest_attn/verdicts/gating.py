@@ -79,9 +79,11 @@ def gate(records: Sequence[Record], base: dict[str, Any], name: str, fp: Fingerp
         if named:
             lines.append(f"error: {nothing}. Run the baseline's selection, or record a baseline for this one")
             return Outcome("fail", lines, comparisons, notes)
-        return Outcome("pass", [f"not gated: {nothing} -- this run is another selection than the stored baseline's."
-                                " To gate it, record a baseline of its own (--attn-save-baseline"
-                                " --attn-baselines-dir=DIR) and gate with --attn-baseline=PATH"], comparisons, notes)
+        if not failing:  # (with --attn-fail-on=missing, its MISSING cases still fail the run, below)
+            return Outcome("pass", [f"not gated: {nothing} -- this run is another selection than the stored"
+                                    " baseline's. To gate it, record a baseline of its own (--attn-save-baseline"
+                                    " --attn-baselines-dir=DIR) and gate with --attn-baseline=PATH"],
+                           comparisons, notes)
     if failing:
         lines.append(f"failed: {counts(failing)} (--attn-fail-on={','.join(v.lower() for v in fail_on)})")
         return Outcome("fail", lines, comparisons, notes)
