@@ -1,5 +1,5 @@
 """Gradients on sampled rows (pytest_attn.oracle.grad_rows) equal full autograd, and the pre-timing
-gradient check (pytest_attn.oracle.checks.check_grad_rows) catches planted faults."""
+gradient check (pytest_attn.oracle.grad_check.check_grad_rows) catches planted faults."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ torch = pytest.importorskip("torch")
 from pytest_attn.core import masks  # noqa: E402
 from pytest_attn.core.case import AttnCase, Mask  # noqa: E402
 from pytest_attn.engine.inputs import make_inputs  # noqa: E402
-from pytest_attn.oracle.checks import check_finite, check_grad_rows, check_rows  # noqa: E402
+from pytest_attn.oracle.checks import check_finite, check_rows  # noqa: E402
+from pytest_attn.oracle.grad_check import check_grad_rows  # noqa: E402
 from pytest_attn.oracle.grad_rows import grads_at, rounding_term, row_stats  # noqa: E402
 from pytest_attn.oracle.reference import attention_and_grads, output_rounding_term, reference_attention  # noqa: E402
 
@@ -102,7 +103,7 @@ def test_the_output_check_covers_a_middle_sequence_of_a_ragged_batch():
 
 
 def test_long_sequences_check_whole_gqa_groups_of_a_few_heads():
-    from pytest_attn.oracle.checks import GRAD_CHECK_FLOPS, grad_check_heads
+    from pytest_attn.oracle.grad_check import GRAD_CHECK_FLOPS, grad_check_heads
 
     case = AttnCase("ref", "h", (111_856,), (111_856,), 24, 24, 128, 128, "bf16", Mask.none(), "fwd+bwd")
     heads = grad_check_heads(case, 0)
@@ -118,7 +119,7 @@ def test_long_sequences_check_whole_gqa_groups_of_a_few_heads():
 
 @pytest.mark.parametrize("tensor", ["dq", "dk", "dv"])
 def test_a_wrong_head_among_the_sampled_ones_is_found_and_named(monkeypatch, tensor):
-    import pytest_attn.oracle.checks as checks
+    import pytest_attn.oracle.grad_check as checks
 
     case = AttnCase("ref", "r", (5, 17), (5, 17), 8, 4, 16, 16, "bf16", Mask.causal(), "fwd+bwd")
     inputs = make_inputs(case, "thd", "cpu", requires_grad=True, seed=1)

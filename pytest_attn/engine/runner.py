@@ -26,7 +26,8 @@ from ..core.record import Check, Clocks, Record, Timing, TimingCheck
 from ..core.stats import median, relative_drift, relative_precision
 from ..core.throttle import assess
 from ..oracle.cache import check_cache
-from ..oracle.checks import check_finite, check_grad_rows, check_rows, only_rows_with_keys
+from ..oracle.checks import check_finite, check_rows, only_rows_with_keys
+from ..oracle.grad_check import check_grad_rows
 from .inputs import make_inputs, make_step, torch_device
 from .nvml import NoNvml, Nvml
 from .probe import host_free_bytes
