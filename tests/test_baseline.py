@@ -115,12 +115,13 @@ def test_two_processes_saving_at_once_cannot_both_pass_the_overwrite_rule(tmp_pa
         assert stored_fingerprint(load_baseline(path)).gpu == winner
 
 
-def _record_run(scale: float = 1.0) -> dict:
+def _record_run(scale: float = 1.0, clock: int | None = 1980) -> dict:
     from factories import record
 
     from pytest_attn.plugin.benchjson import benchmark_entry
 
-    records = [record(b, m * scale, test=f"suites/test_prefill.py::test_prefill[{b}]")
+    records = [record(b, m * scale, test=f"suites/test_prefill.py::test_prefill[{b}]",
+                      clocks=(clock,) if clock else ())
                for b, m in (("flash-attn", 1e-3), ("sdpa-cudnn", 2e-3))]
     return {"machine_info": {}, "benchmarks": [benchmark_entry(r) for r in records]}
 
@@ -142,3 +143,21 @@ def test_add_repeat_keeps_each_runs_median_and_gates_on_their_median(tmp_path):
         save_baseline(tmp_path / "none.json", _record_run(), fingerprint_of(H200), add=True)
     with pytest.raises(BaselineError, match="recorded on another device"):
         save_baseline(path, _record_run(), Fingerprint("NVIDIA B200", 148, 180), add=True)
+
+
+def test_each_repeat_keeps_its_clock_and_cycles_pair_each_repeats_time_with_its_own(tmp_path):
+    """Three repeats, 1.0 ms at 1980 MHz and twice 1.1 ms at 1800 MHz (the same cycles): the baseline's
+    clock is the repeats' median and its cycles 1.98e6 -- not the median time x the last clock."""
+    from pytest_attn.verdicts.runs import benches
+
+    path = tmp_path / "baseline.json"
+    save_baseline(path, _record_run(1.0, 1980), fingerprint_of(H200))
+    save_baseline(path, _record_run(1.1, 1800), fingerprint_of(H200), add=True)
+    save_baseline(path, _record_run(1.1, 1800), fingerprint_of(H200), add=True)
+    fa = benches(load_baseline(path))["suites/test_prefill.py::test_prefill[flash-attn]"]
+    assert fa.record is not None and fa.record.clocks.repeats_sm_clock_mhz == (1980, 1800, 1800)
+    assert fa.sm_clock_mhz == 1800 and fa.cycles == pytest.approx(1.98e6)
+    save_baseline(path, _record_run(1.0, None), fingerprint_of(H200), add=True)  # a repeat without a clock
+    fa = benches(load_baseline(path))["suites/test_prefill.py::test_prefill[flash-attn]"]
+    assert fa.repeats_clock_mhz == () and len(fa.repeats_s) == 4  # the clocks of the repeats unknown
+    assert fa.cycles is None  # the last repeat has no clock: no cycles rather than a wrong pairing

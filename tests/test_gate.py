@@ -1,11 +1,13 @@
 """The gate's verdict rule (pytest_attn.verdicts.gate) on synthetic runs with known noise -- a 5 % shift
 at the recorded noise is SLOWER, an A/A pair is SAME, overlapping evidence is AMBIGUOUS, a change
-that vanishes in clock cycles is CLOCK -- and on a recorded H200 run (tests/data: four results of the
-smoke profile, recorded before the result record existed: legacy runs must still gate)."""
+that vanishes in clock cycles is CLOCK, a SAME hidden by a faster clock is AMBIGUOUS -- and on a
+recorded H200 run (tests/data: four results of the smoke profile, recorded before the result record
+existed: legacy runs must still gate)."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -25,6 +27,7 @@ from pytest_attn.verdicts.gate import (
     regressions,
     verdict,
 )
+from pytest_attn.verdicts.reports import explain
 from pytest_attn.verdicts.runs import Bench, benches
 
 RECORDED = Path(__file__).parent / "data" / "h200_smoke_subset.json"
@@ -122,6 +125,79 @@ def test_a_slowdown_that_vanishes_in_cycles_is_a_clock_effect():
     assert compare(base, real, Thresholds())[0].verdict == "SLOWER"
     assert not regressions(compare(base, clocked_down, Thresholds()))  # CLOCK fails only when asked
     assert regressions(compare(base, clocked_down, Thresholds()), ("SLOWER", "CLOCK"))
+
+
+def test_a_clock_that_carries_a_small_change_over_the_line_says_the_code_moved_too():
+    """H200, 3 % injected: +3.0 % in time, +2.2 % in cycles at noise +-1.1 %: CLOCK, but not "not the code"."""
+    base = {"c": Bench("c", "g", "b", 1e-3, 0.0005, repeats_s=(1e-3, 1e-3, 1e-3), sm_clock_mhz=1950)}
+    cur = {"c": Bench("c", "g", "b", 1.03e-3, 0.0005, sm_clock_mhz=1950 * 1.022 / 1.03)}
+    [c] = compare(base, cur, Thresholds())
+    assert c.verdict == "CLOCK" and c.in_time == "SLOWER"
+    assert c.cycles_change == pytest.approx(0.022)
+    assert "not the code" not in c.notes[0] and "under the 2.5% that counts as slower" in c.notes[0]
+
+
+def test_a_faster_clock_hiding_a_slower_kernel_is_not_same():
+    """The code 5 % slower, the clock 4.5 % faster: +0.5 % in time is SAME by time alone; in cycles it
+    is +5 %, so the verdict is AMBIGUOUS, with the clock named and no advice to add repeats."""
+    base = {"c": Bench("c", "g", "b", 1e-3, 0.002, repeats_s=(1e-3, 1.001e-3, 0.999e-3), sm_clock_mhz=1890)}
+    hidden = {"c": Bench("c", "g", "b", 1.005e-3, 0.002, sm_clock_mhz=1890 * 1.05 / 1.005)}
+    [c] = compare(base, hidden, Thresholds())
+    assert (c.in_time, c.verdict) == ("SAME", "AMBIGUOUS")
+    assert "SAME in time (+0.5%) but +5.0% in clock cycles" in c.notes[0] and "faster clock can hide" in c.notes[0]
+    assert "add repeats" not in explain(c)
+    steady = {"c": Bench("c", "g", "b", 1.005e-3, 0.002, sm_clock_mhz=1890)}
+    assert compare(base, steady, Thresholds())[0].verdict == "SAME"
+
+
+def test_only_a_clock_that_rose_can_hide_a_slowdown():
+    """The cycle check of a SAME is for slowdowns a faster clock hides: a clock under one step (1 %)
+    higher, or a lower clock (a hidden speedup), leaves SAME alone."""
+    base = {"c": Bench("c", "g", "b", 1e-3, 0.002, repeats_s=(1e-3, 1.001e-3, 0.999e-3), sm_clock_mhz=1890)}
+
+    def now(time_s: float, clock: float) -> str:
+        return compare(base, {"c": Bench("c", "g", "b", time_s, 0.002, sm_clock_mhz=clock)}, Thresholds())[0].verdict
+
+    assert now(1.005e-3, 1890 * 1.045) == "AMBIGUOUS"  # +0.5 % in time, +5 % in cycles: the clock rose 4.5 %
+    assert now(1.018e-3, 1890 * 1.009) == "SAME"  # +2.7 % in cycles, SLOWER there, but the clock rose under a step
+    assert now(0.995e-3, 1890 * 0.955) == "SAME"  # -5 % in cycles at a slower clock: a speedup, not hidden harm
+
+
+def test_a_clock_fallen_under_the_power_cap_is_not_called_the_gpus_doing():
+    """H200, 5 % injected: +6.0 % in time, +2.0 % in cycles, the clock 1980 -> 1905 MHz with every sample
+    at the power cap -- the injected matmuls' own power draw. CLOCK, naming both readings and the flag."""
+    from factories import record
+
+    from pytest_attn.core.record import Clocks
+    from pytest_attn.core.throttle import ThrottleReport
+
+    base = {"c": Bench("c", "g", "b", 1e-3, 0.002, repeats_s=(1e-3, 1e-3, 1e-3), sm_clock_mhz=1980,
+                       repeats_clock_mhz=(1980, 1980, 1980))}
+    capped = record("flash-attn", 1.06e-3)
+    capped = dataclasses.replace(capped, clocks=Clocks(1905, 1890, 1920, "not locked",
+                                                       ThrottleReport(10, 10, {"power cap": 10})))
+    [c] = compare(base, {"c": Bench("c", "g", "b", 1.06e-3, 0.002, record=capped, sm_clock_mhz=1905)}, Thresholds())
+    assert c.verdict == "CLOCK"
+    assert "with 10 of 10 samples at the power cap: either the GPU ran slower, or this code draws" in c.notes[0]
+    assert "not the code" not in c.notes[0] and "--attn-fail-on=slower,clock" in c.notes[0]
+    assert regressions([c], parse_fail_on("slower,clock"))
+
+
+def test_with_clocks_moving_between_runs_an_a_a_pair_stays_same():
+    """Clocks recorded on both sides, each run's clock 0.5 % off at random, the time following it: the
+    cycle check costs an A/A pair no SAME, and a 5 % slowdown at a 4 % faster clock is never SAME."""
+    rng = random.Random(3)
+    base, same, hidden = {}, {}, {}
+    for i in range(200):
+        name = f"c{i}"
+        clocks = [1900 * (1 + rng.gauss(0, 0.005)) for _ in range(3)]
+        b = _bench(rng, name, 1e-3 * 1900 / clocks[1], 0.003, repeats=3, clock=clocks[1])
+        base[name] = b
+        now = 1900 * (1 + rng.gauss(0, 0.005))
+        same[name] = _bench(rng, name, 1e-3 * 1900 / now, 0.003, clock=now)
+        hidden[name] = _bench(rng, name, 1.05e-3 * 1900 / (now * 1.04), 0.003, clock=now * 1.04)
+    assert [c.verdict for c in compare(base, same, Thresholds())].count("SAME") == len(base)
+    assert "SAME" not in [c.verdict for c in compare(base, hidden, Thresholds())]
 
 
 def test_a_case_that_did_not_converge_says_so():

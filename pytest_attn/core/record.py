@@ -74,6 +74,7 @@ class Clocks:
     lock: str = "not locked"
     throttle: ThrottleReport | None = None
     drift: float | None = None  # the SM clock's trend over the sampling, relative (negative: it fell)
+    repeats_sm_clock_mhz: tuple[float, ...] = ()  # a stored baseline: each repeat's median, as timing.repeats_s
 
     @classmethod
     def of(cls, clocks_mhz: list[int], lock: str, throttle: ThrottleReport | None) -> Clocks:

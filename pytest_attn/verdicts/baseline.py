@@ -179,9 +179,9 @@ def _write(path: Path, data: dict[str, Any]) -> None:
 
 def add_repeat(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any], int]:
     """``new`` (a run) added to the stored baseline ``old`` as one more independent repeat: each case in
-    both keeps the median of every repeat (``timing.repeats_s`` of its record) and is gated on their
-    median; cases only in ``old`` stay as they were. Returns the merged run and how many cases gained a
-    repeat."""
+    both keeps the median of every repeat (``timing.repeats_s`` of its record) and its SM clock
+    (``clocks.repeats_sm_clock_mhz``, where every repeat recorded one) and is gated on their median;
+    cases only in ``old`` stay as they were. Returns the merged run and how many cases gained a repeat."""
     stored = {(b.get("fullname") or b.get("name")): b for b in old["benchmarks"]}
     merged, added = [], 0
     for bench in new["benchmarks"]:
@@ -193,11 +193,30 @@ def add_repeat(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any]
             continue
         record = Record.from_json(info)
         repeats = (*_repeats_of(before), record.median_s)
-        record = dataclasses.replace(record, timing=dataclasses.replace(record.timing, repeats_s=repeats))
+        clocks = _all_known((*_clocks_of(before), record.clocks.sm_clock_mhz), len(repeats))
+        record = dataclasses.replace(record, timing=dataclasses.replace(record.timing, repeats_s=repeats),
+                                     clocks=dataclasses.replace(record.clocks, repeats_sm_clock_mhz=clocks))
         merged.append({**bench, "extra_info": record.to_json(), "stats": {**bench["stats"], "median": median(repeats)}})
         added += 1
     merged.extend(stored.values())
     return {**new, "benchmarks": merged}, added
+
+
+def _all_known(clocks: tuple[float | None, ...], repeats: int) -> tuple[float, ...]:
+    """``clocks`` when there is one for each of ``repeats``, else () (the clocks of the repeats unknown)."""
+    known = tuple(c for c in clocks if c)
+    return known if len(known) == len(clocks) == repeats else ()
+
+
+def _clocks_of(bench: dict[str, Any]) -> tuple[float | None, ...]:
+    """The SM clock of each repeat of a stored case, where it knows them all (else fewer than its repeats)."""
+    info = bench.get("extra_info")
+    if not is_record(info):
+        return ()
+    record = Record.from_json(info)
+    if record.timing.repeats_s:
+        return record.clocks.repeats_sm_clock_mhz
+    return (record.clocks.sm_clock_mhz,)
 
 
 def _repeats_of(bench: dict[str, Any]) -> tuple[float, ...]:

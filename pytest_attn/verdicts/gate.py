@@ -25,8 +25,15 @@ baselines (tests/test_gate.py, 400 cases each): at 0.3 % between-run noise per r
 SAME and a 5 % shift 400 SLOWER; at 0.7 %, A/A gave 372 SAME, 26 AMBIGUOUS, 2 SLOWER, and a 5 % shift
 383 SLOWER and 17 AMBIGUOUS -- a rough noise estimate costs a few AMBIGUOUS, never a SAME.
 
-**Clocks.** Where both runs recorded their SM clock, a SLOWER (FASTER) is checked in cycles (time x
-clock): if it is not SLOWER there, the verdict is CLOCK -- the GPU ran at a lower clock, not slower code.
+**Clocks.** Where both runs recorded their SM clock, the verdict is checked in cycles (time x clock), by
+the same rule (a stored baseline pairs each repeat's time with its own clock). A SLOWER (FASTER) that
+is not SLOWER there is CLOCK -- the GPU ran at a lower clock, not slower code; the note says how much of
+the move is the clock's, and when this run sat at the power cap, that a kernel drawing more power
+lowers the clock itself. A SAME is AMBIGUOUS when the clock rose by :data:`CLOCK_STEP` or more and the
+cycles are slower and not SAME: a faster clock can hide a slower kernel. (A speedup hidden by a slower
+clock stays SAME: the gate is for slowdowns.) On an H200 (2026-11-23) a 5 % slowdown met a clock 2-5 %
+faster than the baseline's on four cases, whose time then moved -0.4 % to +0.6 %: SAME by time alone,
++2.3 % to +4.9 % in cycles; the clean rerun of the same 113 cases lost no SAME to this rule.
 A case that stopped at its time cap before its precision target keeps its verdict and says so.
 """
 
@@ -49,6 +56,7 @@ Z = 3.0
 ASSUMED_RUN_NOISE = 0.01  # between-run noise of one GPU run's median when the baseline measured none
 ASSUMED_CPU_RUN_NOISE = 0.05  # the same on a CPU (shared machines, frequency scaling)
 FLOOR = 0.0025  # between-run noise is never taken as less than this
+CLOCK_STEP = 0.01  # an SM clock move under this (about one 15 MHz step at 1.5-2 GHz) is not taken as one
 
 
 def parse_fraction(text: str, what: str = "threshold") -> float:
@@ -155,6 +163,7 @@ class Comparison:
     noise: float | None = None  # Z x sigma: the change noise alone reaches once in ~740
     cycles_change: float | None = None  # the same in clock cycles (time x SM clock), where both have clocks
     notes: tuple[str, ...] = ()
+    in_time: str = ""  # the verdict of the time alone, before the clock cycles were consulted
 
     @property
     def entry(self) -> Bench:
@@ -163,25 +172,72 @@ class Comparison:
         return found
 
 
+def _clock_move(b: Bench, c: Bench) -> tuple[float, str]:
+    """The SM clock's relative move between the runs, and the phrase that says it."""
+    clock = c.sm_clock_mhz / b.sm_clock_mhz - 1  # type: ignore[operator]
+    return clock, f"the SM clock moved {clock:+.1%} ({b.sm_clock_mhz:.0f} -> {c.sm_clock_mhz:.0f} MHz)"
+
+
+def _power_capped(bench: Bench) -> str:
+    """The words " with N of M samples at the power cap" when the run's record says so, else nothing."""
+    throttle = bench.record.clocks.throttle if bench.record is not None else None
+    n = throttle.reasons.get("power cap", 0) if throttle is not None else 0
+    return f" with {n} of {throttle.samples} samples at the power cap" if throttle is not None and n else ""
+
+
+def _clock_note(change: float, cycles_change: float, b: Bench, c: Bench, sigma: float, threshold: float) -> str:
+    """Why a SLOWER (FASTER) in time is CLOCK: how much of the move the SM clock accounts for, and
+    whether the code's own power draw may have lowered it."""
+    clock, moved = _clock_move(b, c)
+    within = abs(cycles_change) < Z * sigma  # nothing left in cycles that noise cannot do
+    head = f"{change:+.1%} in time but {cycles_change:+.1%} in clock cycles (time x SM clock)"
+    if not within:
+        head += f", under the {threshold / 2:.1%} that counts as {'slower' if change > 0 else 'faster'}"
+    capped = _power_capped(c) if clock < 0 else ""
+    if capped:
+        return (f"{head}: {moved}{capped}: either the GPU ran slower, or this code draws more power and the cap"
+                " lowered its clock (then the code is slower: if this change adds work, gate with"
+                " --attn-fail-on=slower,clock)")
+    if within:
+        return f"{head}: {moved}, so the GPU ran {'slower' if clock < 0 else 'faster'}, not the code"
+    return f"{head}: {moved} and took the time over that line; the code's own part is the change in cycles"
+
+
+def _hides_a_slowdown(in_cycles: str, cycles_change: float, b: Bench, c: Bench) -> bool:
+    """A SAME in time that a faster clock may hide: the clock rose by more than a step and in cycles
+    the case is slower, or too close to the threshold to rule it out."""
+    clock, _ = _clock_move(b, c)
+    return clock >= CLOCK_STEP and cycles_change > 0 and in_cycles != "SAME"
+
+
+def _hidden_note(change: float, cycles_change: float, b: Bench, c: Bench) -> str:
+    """Why a SAME in time is AMBIGUOUS: in cycles it is not SAME, and the clock rose."""
+    _, moved = _clock_move(b, c)
+    return (f"SAME in time ({change:+.1%}) but {cycles_change:+.1%} in clock cycles (time x SM clock): {moved}, and"
+            " a faster clock can hide a slower kernel (one limited by memory, which barely follows the SM clock,"
+            " shows more cycles without being slower): rerun, or lock the clocks")
+
+
 def _compare_one(name: str, b: Bench, c: Bench, thresholds: Thresholds, noise: Noise) -> Comparison:
     change = c.median_s / b.median_s - 1
     threshold = thresholds.for_bench(c)
     sigma = math.hypot(side_sigma(b, noise.between(b, c)), side_sigma(c, noise.between(b, c)))
-    result = verdict(change, sigma, threshold)
+    in_time = verdict(change, sigma, threshold)
+    result = in_time
     cycles_change = c.cycles / b.cycles - 1 if b.cycles and c.cycles else None
     notes = []
-    if result in ("SLOWER", "FASTER") and cycles_change is not None:
+    if cycles_change is not None:
         in_cycles = verdict(cycles_change, sigma, threshold)
-        if in_cycles != result:
-            clock = c.sm_clock_mhz / b.sm_clock_mhz - 1  # type: ignore[operator]
-            notes.append(f"{change:+.1%} in time but {cycles_change:+.1%} in cycles: the SM clock moved {clock:+.1%}"
-                         f" ({b.sm_clock_mhz:.0f} -> {c.sm_clock_mhz:.0f} MHz), so the GPU ran "
-                         f"{'slower' if clock < 0 else 'faster'}, not the code")
+        if in_time in ("SLOWER", "FASTER") and in_cycles != in_time:
             result = "CLOCK"
+            notes.append(_clock_note(change, cycles_change, b, c, sigma, threshold))
+        elif in_time == "SAME" and _hides_a_slowdown(in_cycles, cycles_change, b, c):
+            result = "AMBIGUOUS"
+            notes.append(_hidden_note(change, cycles_change, b, c))
     for side, bench in (("baseline", b), ("this run", c)):
         if not bench.converged:
             notes.append(f"{side} did not converge (time cap; its median's 95% CI is +-{bench.spread:.1%})")
-    return Comparison(name, result, b, c, change, threshold, Z * sigma, cycles_change, tuple(notes))
+    return Comparison(name, result, b, c, change, threshold, Z * sigma, cycles_change, tuple(notes), in_time)
 
 
 def compare(base: Mapping[str, Bench], cur: Mapping[str, Bench], thresholds: Thresholds,

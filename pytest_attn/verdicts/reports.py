@@ -58,7 +58,7 @@ def explain(c: Comparison) -> str:
     if c.change is not None and c.noise is not None and c.threshold is not None:
         parts.append(f"moved {c.change * 100:+.1f}% against noise of +-{c.noise * 100:.1f}% (3 sigma, both runs) and a"
                      f" threshold of {c.threshold * 100:.1f}%")
-        if c.verdict == "AMBIGUOUS":
+        if c.verdict == "AMBIGUOUS" and c.in_time == "AMBIGUOUS":  # (else the clock made it so: a note says)
             parts.append("the noise cannot tell a change of the threshold from none: add repeats to the baseline"
                          " (--attn-add-to-baseline), measure longer (--attn-max-time) or lock the clocks")
     return "; ".join([*parts, *c.notes])

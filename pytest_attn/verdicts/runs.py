@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.record import Record, is_record
+from ..core.stats import median
 
 
 @dataclass(frozen=True)
@@ -29,8 +30,9 @@ class Bench:
     mfu: float | None = None
     record: Record | None = None
     repeats_s: tuple[float, ...] = ()  # the medians of independent runs (--attn-add-to-baseline), when known
-    sm_clock_mhz: float | None = None  # the median SM clock while sampling
+    sm_clock_mhz: float | None = None  # the median SM clock while sampling (a baseline: of its repeats)
     stop_reason: str = ""  # "precision", "time-cap" or "sample-cap" ("" when not recorded)
+    repeats_clock_mhz: tuple[float, ...] = ()  # the SM clock of each of ``repeats_s``, when all are known
 
     @property
     def converged(self) -> bool:
@@ -39,7 +41,10 @@ class Bench:
 
     @property
     def cycles(self) -> float | None:
-        """Median time x median SM clock: the figure with the clock's speed taken out."""
+        """Median time x median SM clock: the figure with the clock's speed taken out (over repeats, the
+        median of each repeat's time x clock)."""
+        if self.repeats_s and len(self.repeats_clock_mhz) == len(self.repeats_s):
+            return median([t * f * 1e6 for t, f in zip(self.repeats_s, self.repeats_clock_mhz, strict=True)])
         return self.median_s * self.sm_clock_mhz * 1e6 if self.sm_clock_mhz else None
 
 
@@ -49,9 +54,11 @@ def _finite(value: Any) -> float | None:
 
 def bench_of(record: Record, median_s: float | None = None) -> Bench:
     """A record as a benchmark (the current run, before pytest-benchmark wrote anything)."""
+    clocks = record.clocks.repeats_sm_clock_mhz
     return Bench(record.name, record.case.group, record.case.backend, median_s or record.median_s,
                  _finite(record.timing.precision) or 0.0, record.figures.tflops, record.figures.mfu_datasheet, record,
-                 record.timing.repeats_s, record.clocks.sm_clock_mhz, record.timing.stop_reason)
+                 record.timing.repeats_s, median(list(clocks)) if clocks else record.clocks.sm_clock_mhz,
+                 record.timing.stop_reason, clocks)
 
 
 def _bench(raw: Mapping[str, Any]) -> Bench:
