@@ -114,6 +114,24 @@ def test_noise_is_measured_from_repeats_with_a_floor_or_assumed_without():
     assert "assumed 1.0%" in Noise.of(plain, plain, assumed=0.01).describe()
 
 
+def test_on_a_cpu_every_case_takes_the_largest_spread():
+    """The 2-core CI VM, CPU profile, 3-run baseline: the cases' medians spread 0.2 % to 26 % (one case's
+    repeats 3.9, 6.1, 4.0 ms), and clean reruns moved cases whose own repeats agreed by +40 to +67 %.
+    Pooled by the median that was SLOWER; pooled by the largest spread it is AMBIGUOUS, while 300 %
+    is still SLOWER."""
+    base = {f"c{i}": Bench(f"c{i}", "g", "b", 1e-3, 0.01, repeats_s=(1e-3, 1.002e-3, 0.998e-3)) for i in range(19)}
+    base["jumpy"] = Bench("jumpy", "g", "b", 4.0e-3, 0.01, repeats_s=(3.945e-3, 6.067e-3, 3.998e-3))
+    cur = {name: Bench(name, "g", "b", b.median_s, 0.01) for name, b in base.items()}
+    cur["c0"] = Bench("c0", "g", "b", 1.45e-3, 0.01)  # a clean rerun's jump
+    median_pooled = compare(base, cur, Thresholds(), Noise.of(base, cur, 0.05))
+    worst = Noise.of(base, cur, 0.05, worst=True)
+    assert worst.pooled == pytest.approx(0.259, abs=0.001) and "the largest of any case" in worst.describe()
+    assert {c.name: c.verdict for c in median_pooled}["c0"] == "SLOWER"
+    assert {c.name: c.verdict for c in compare(base, cur, Thresholds(), worst)}["c0"] == "AMBIGUOUS"
+    cur["c0"] = Bench("c0", "g", "b", 4e-3, 0.01)  # 300 % injected
+    assert {c.name: c.verdict for c in compare(base, cur, Thresholds(), worst)}["c0"] == "SLOWER"
+
+
 # ---- clocks and convergence ----------------------------------------------------------------------
 def test_a_slowdown_that_vanishes_in_cycles_is_a_clock_effect():
     base = {"c": Bench("c", "g", "b", 1e-3, 0.002, repeats_s=(1e-3, 1.001e-3, 0.999e-3), sm_clock_mhz=1980)}

@@ -67,7 +67,8 @@ def gate(records: Sequence[Record], base: dict[str, Any], name: str, fp: Fingerp
     if partial:
         notes.append(f"the baseline is a partial run: {partial}")
     old, new = benches(base), by_name(records)
-    noise = Noise.of(old, new, ASSUMED_RUN_NOISE if fp.kind == "cuda" else ASSUMED_CPU_RUN_NOISE)
+    gpu = fp.kind == "cuda"
+    noise = Noise.of(old, new, ASSUMED_RUN_NOISE if gpu else ASSUMED_CPU_RUN_NOISE, worst=not gpu)
     comparisons = compare(old, new, thresholds, noise)
     if old:
         notes.append(noise.describe())
