@@ -110,8 +110,9 @@ def test_noise_is_measured_from_repeats_with_a_floor_or_assumed_without():
     noise = Noise.of(quiet, {})
     assert noise.pooled is not None and noise.between(quiet["c0"], quiet["c0"]) == FLOOR
     plain = {"c": Bench("c", "g", "b", 1e-3, 0.001)}
-    assert Noise.of(plain, plain, assumed=0.01).between(plain["c"], plain["c"]) == 0.01
-    assert "assumed 1.0%" in Noise.of(plain, plain, assumed=0.01).describe()
+    assert Noise.of(plain, plain).between(plain["c"], plain["c"]) == 0.01
+    assert "assumed 1.0%" in Noise.of(plain, plain).describe()
+    assert Noise.of(plain, plain, cpu=True).between(plain["c"], plain["c"]) == 0.05
 
 
 def test_on_a_cpu_every_case_takes_the_largest_spread():
@@ -123,8 +124,8 @@ def test_on_a_cpu_every_case_takes_the_largest_spread():
     base["jumpy"] = Bench("jumpy", "g", "b", 4.0e-3, 0.01, repeats_s=(3.945e-3, 6.067e-3, 3.998e-3))
     cur = {name: Bench(name, "g", "b", b.median_s, 0.01) for name, b in base.items()}
     cur["c0"] = Bench("c0", "g", "b", 1.45e-3, 0.01)  # a clean rerun's jump
-    median_pooled = compare(base, cur, Thresholds(), Noise.of(base, cur, 0.05))
-    worst = Noise.of(base, cur, 0.05, worst=True)
+    median_pooled = compare(base, cur, Thresholds(), Noise.of(base, cur))  # as on a GPU
+    worst = Noise.of(base, cur, cpu=True)
     assert worst.pooled == pytest.approx(0.259, abs=0.001) and "the largest of any case" in worst.describe()
     assert {c.name: c.verdict for c in median_pooled}["c0"] == "SLOWER"
     assert {c.name: c.verdict for c in compare(base, cur, Thresholds(), worst)}["c0"] == "AMBIGUOUS"

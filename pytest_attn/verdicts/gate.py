@@ -121,10 +121,11 @@ class Noise:
     worst: bool = False
 
     @classmethod
-    def of(cls, base: Mapping[str, Bench], cur: Mapping[str, Bench], assumed: float = ASSUMED_RUN_NOISE,
-           worst: bool = False) -> Noise:
+    def of(cls, base: Mapping[str, Bench], cur: Mapping[str, Bench], cpu: bool = False) -> Noise:
+        """The noise of two runs on a GPU, or with ``cpu`` on a CPU (its assumed noise, the worst case)."""
         spreads = [s for b in (*base.values(), *cur.values()) if (s := relative_spread(b.repeats_s)) is not None]
-        return cls((max if worst else median)(spreads) if spreads else None, assumed, worst)
+        pooled = (max if cpu else median)(spreads) if spreads else None
+        return cls(pooled, ASSUMED_CPU_RUN_NOISE if cpu else ASSUMED_RUN_NOISE, cpu)
 
     def between(self, b: Bench, c: Bench) -> float:
         """The between-run noise of one run of this case."""
@@ -182,12 +183,6 @@ class Comparison:
         return found
 
 
-def _clock_move(b: Bench, c: Bench) -> tuple[float, str]:
-    """The SM clock's relative move between the runs, and the phrase that says it."""
-    clock = c.sm_clock_mhz / b.sm_clock_mhz - 1  # type: ignore[operator]
-    return clock, f"the SM clock moved {clock:+.1%} ({b.sm_clock_mhz:.0f} -> {c.sm_clock_mhz:.0f} MHz)"
-
-
 def _power_capped(bench: Bench) -> str:
     """The words " with N of M samples at the power cap" when the run's record says so, else nothing."""
     throttle = bench.record.clocks.throttle if bench.record is not None else None
@@ -195,10 +190,10 @@ def _power_capped(bench: Bench) -> str:
     return f" with {n} of {throttle.samples} samples at the power cap" if throttle is not None and n else ""
 
 
-def _clock_note(change: float, cycles_change: float, b: Bench, c: Bench, sigma: float, threshold: float) -> str:
-    """Why a SLOWER (FASTER) in time is CLOCK: how much of the move the SM clock accounts for, and
-    whether the code's own power draw may have lowered it."""
-    clock, moved = _clock_move(b, c)
+def _clock_note(change: float, cycles_change: float, clock: float, moved: str, c: Bench, sigma: float,
+                threshold: float) -> str:
+    """Why a SLOWER (FASTER) in time is CLOCK: how much of the move the SM clock (``clock``, relative)
+    accounts for, and whether the code's own power draw may have lowered it."""
     within = abs(cycles_change) < Z * sigma  # nothing left in cycles that noise cannot do
     head = f"{change:+.1%} in time but {cycles_change:+.1%} in clock cycles (time x SM clock)"
     if not within:
@@ -213,37 +208,35 @@ def _clock_note(change: float, cycles_change: float, b: Bench, c: Bench, sigma: 
     return f"{head}: {moved} and took the time over that line; the code's own part is the change in cycles"
 
 
-def _hides_a_slowdown(in_cycles: str, cycles_change: float, b: Bench, c: Bench) -> bool:
-    """A SAME in time that a faster clock may hide: the clock rose by more than a step and in cycles
-    the case is slower, or too close to the threshold to rule it out."""
-    clock, _ = _clock_move(b, c)
-    return clock >= CLOCK_STEP and cycles_change > 0 and in_cycles != "SAME"
-
-
-def _hidden_note(change: float, cycles_change: float, b: Bench, c: Bench) -> str:
-    """Why a SAME in time is AMBIGUOUS: in cycles it is not SAME, and the clock rose."""
-    _, moved = _clock_move(b, c)
-    return (f"SAME in time ({change:+.1%}) but {cycles_change:+.1%} in clock cycles (time x SM clock): {moved}, and"
+def _consult_cycles(in_time: str, change: float, cycles_change: float, b: Bench, c: Bench, sigma: float,
+                    threshold: float) -> tuple[str, str]:
+    """The verdict once the clock cycles are consulted (see the module), and the note when they changed
+    it ("" when not): CLOCK for a SLOWER (FASTER) that is not one in cycles; AMBIGUOUS for a SAME whose
+    clock rose by a step while in cycles it is slower and not SAME."""
+    in_cycles = verdict(cycles_change, sigma, threshold)
+    clock = c.sm_clock_mhz / b.sm_clock_mhz - 1  # type: ignore[operator]
+    moved = f"the SM clock moved {clock:+.1%} ({b.sm_clock_mhz:.0f} -> {c.sm_clock_mhz:.0f} MHz)"
+    if in_time in ("SLOWER", "FASTER") and in_cycles != in_time:
+        return "CLOCK", _clock_note(change, cycles_change, clock, moved, c, sigma, threshold)
+    if in_time == "SAME" and clock >= CLOCK_STEP and cycles_change > 0 and in_cycles != "SAME":
+        return "AMBIGUOUS", (
+            f"SAME in time ({change:+.1%}) but {cycles_change:+.1%} in clock cycles (time x SM clock): {moved}, and"
             " a faster clock can hide a slower kernel (one limited by memory, which barely follows the SM clock,"
             " shows more cycles without being slower): rerun, or lock the clocks")
+    return in_time, ""
 
 
 def _compare_one(name: str, b: Bench, c: Bench, thresholds: Thresholds, noise: Noise) -> Comparison:
     change = c.median_s / b.median_s - 1
     threshold = thresholds.for_bench(c)
-    sigma = math.hypot(side_sigma(b, noise.between(b, c)), side_sigma(c, noise.between(b, c)))
+    between = noise.between(b, c)
+    sigma = math.hypot(side_sigma(b, between), side_sigma(c, between))
     in_time = verdict(change, sigma, threshold)
-    result = in_time
+    result, notes = in_time, []
     cycles_change = c.cycles / b.cycles - 1 if b.cycles and c.cycles else None
-    notes = []
     if cycles_change is not None:
-        in_cycles = verdict(cycles_change, sigma, threshold)
-        if in_time in ("SLOWER", "FASTER") and in_cycles != in_time:
-            result = "CLOCK"
-            notes.append(_clock_note(change, cycles_change, b, c, sigma, threshold))
-        elif in_time == "SAME" and _hides_a_slowdown(in_cycles, cycles_change, b, c):
-            result = "AMBIGUOUS"
-            notes.append(_hidden_note(change, cycles_change, b, c))
+        result, why = _consult_cycles(in_time, change, cycles_change, b, c, sigma, threshold)
+        notes += [why] if why else []
     for side, bench in (("baseline", b), ("this run", c)):
         if not bench.converged:
             notes.append(f"{side} did not converge (time cap; its median's 95% CI is +-{bench.spread:.1%})")

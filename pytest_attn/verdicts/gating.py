@@ -12,7 +12,7 @@ from typing import Any
 from ..core.record import Record
 from .baseline import stored_device, stored_fingerprint
 from .fingerprint import Fingerprint, differences, fingerprint_of
-from .gate import ASSUMED_CPU_RUN_NOISE, ASSUMED_RUN_NOISE, Comparison, Noise, Thresholds, compare, matched, regressions
+from .gate import Comparison, Noise, Thresholds, compare, matched, regressions
 from .reports import counts, terminal_lines
 from .runs import benches, by_name, partial_note
 
@@ -67,8 +67,7 @@ def gate(records: Sequence[Record], base: dict[str, Any], name: str, fp: Fingerp
     if partial:
         notes.append(f"the baseline is a partial run: {partial}")
     old, new = benches(base), by_name(records)
-    gpu = fp.kind == "cuda"
-    noise = Noise.of(old, new, ASSUMED_RUN_NOISE if gpu else ASSUMED_CPU_RUN_NOISE, worst=not gpu)
+    noise = Noise.of(old, new, cpu=fp.kind != "cuda")
     comparisons = compare(old, new, thresholds, noise)
     if old:
         notes.append(noise.describe())
