@@ -192,8 +192,9 @@ def add_repeat(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any]
             merged.append(bench)
             continue
         record = Record.from_json(info)
-        repeats = (*_repeats_of(before), record.median_s)
-        clocks = _all_known((*_clocks_of(before), record.clocks.sm_clock_mhz), len(repeats))
+        stored_repeats, stored_clocks = _stored_repeats(before)
+        repeats = (*stored_repeats, record.median_s)
+        clocks = _all_known((*stored_clocks, record.clocks.sm_clock_mhz), len(repeats))
         record = dataclasses.replace(record, timing=dataclasses.replace(record.timing, repeats_s=repeats),
                                      clocks=dataclasses.replace(record.clocks, repeats_sm_clock_mhz=clocks))
         merged.append({**bench, "extra_info": record.to_json(), "stats": {**bench["stats"], "median": median(repeats)}})
@@ -208,21 +209,14 @@ def _all_known(clocks: tuple[float | None, ...], repeats: int) -> tuple[float, .
     return known if len(known) == len(clocks) == repeats else ()
 
 
-def _clocks_of(bench: dict[str, Any]) -> tuple[float | None, ...]:
-    """The SM clock of each repeat of a stored case, where it knows them all (else fewer than its repeats)."""
+def _stored_repeats(bench: dict[str, Any]) -> tuple[tuple[float, ...], tuple[float | None, ...]]:
+    """A stored case's repeats: the median of each run, and each run's SM clock where its record knows
+    them all (else fewer clocks than repeats)."""
     info = bench.get("extra_info")
+    single = (float(bench["stats"]["median"]),)
     if not is_record(info):
-        return ()
+        return single, ()
     record = Record.from_json(info)
     if record.timing.repeats_s:
-        return record.clocks.repeats_sm_clock_mhz
-    return (record.clocks.sm_clock_mhz,)
-
-
-def _repeats_of(bench: dict[str, Any]) -> tuple[float, ...]:
-    info = bench.get("extra_info")
-    if is_record(info):
-        repeats = Record.from_json(info).timing.repeats_s
-        if repeats:
-            return repeats
-    return (float(bench["stats"]["median"]),)
+        return record.timing.repeats_s, record.clocks.repeats_sm_clock_mhz
+    return single, (record.clocks.sm_clock_mhz,)
