@@ -184,3 +184,34 @@ def test_reach_is_not_judged_on_a_handful_of_examples():
     assert reach.missing() == ()
     reach.ran["self"] += 1
     assert reach.missing() == ("decode",)
+
+
+class Compiling(Planted):
+    """Compiles one 'kernel' per (head dim, dtype, mask kind) on first use, as FA4 does per shape class,
+    and counts them as FA4's adapter does (``compiled_kernels()``)."""
+
+    def __init__(self, fault: str) -> None:
+        super().__init__(fault)
+        self.kernels: set[tuple] = set()
+
+    def compiled_kernels(self):
+        return len(self.kernels)
+
+    def prepare(self, case, inputs):
+        self.kernels.add((case.head_dim_qk, case.dtype, case.mask.kind))
+        return super().prepare(case, inputs)
+
+
+def test_reach_says_what_compiling_cost():
+    backend = Compiling("none")
+    fuzzer = Fuzzer(Registry([backend]), CPU, dtypes=("fp32",), head_dims=(16, 32))
+    fuzz_planted(fuzzer)
+    reach = fuzzer.reach[("planted", "fwd")]
+    assert reach.compiled == len(backend.kernels) >= 2
+    assert 0 < reach.compiling_s <= reach.seconds
+    assert f"; {reach.compiled} kernel(s) compiled or loaded from a disk cache, the examples that needed one took" \
+        in reach.describe()
+    plain = Fuzzer(Registry([Planted("none")]), CPU, dtypes=("fp32",), head_dims=(16,))
+    fuzz_planted(plain)
+    assert plain.reach[("planted", "fwd")].compiled is None  # a back end that cannot say
+    assert "compiled" not in plain.reach[("planted", "fwd")].describe()

@@ -12,7 +12,7 @@ core and the oracle. A new back end goes here (or in your own package, registere
 from __future__ import annotations
 
 from .base import Backend, Registry, RegistryError, Unsupported, refusal
-from .flash_attn import FLASH_ATTN_BACKENDS
+from .flash_attn import FA4_COMPILE_NOISE, FLASH_ATTN_BACKENDS
 from .flashinfer import PREFILL_BACKENDS
 from .flashinfer_paged import PAGED_BACKENDS
 from .reference import ReferenceBackend
@@ -20,6 +20,10 @@ from .torch_flex import FlexBackend
 from .torch_padded import SdpaPaddedBackend
 from .torch_sdpa import SDPA_BACKENDS, SdpaBackend, SdpaLoopBackend
 from .torch_varlen import VarlenBackend
+
+#: Regular expressions of library warnings that are not the user's business (UserWarnings, matched from the
+#: message's start): attention runs filter them, and nothing else.
+QUIET_WARNINGS: tuple[str, ...] = (FA4_COMPILE_NOISE,)
 
 
 def builtin_registry() -> Registry:
@@ -31,6 +35,7 @@ def builtin_registry() -> Registry:
 
 
 __all__ = [
+    "QUIET_WARNINGS",
     "Backend",
     "Registry",
     "RegistryError",

@@ -168,27 +168,31 @@ def explain_refusal(messages: list[str]) -> list[str]:
 
 
 @contextlib.contextmanager
-def library_refusal(name: str, when: str = "", hint: str = "") -> Iterator[None]:
+def library_refusal(name: str, when: str = "", hint: str = "",
+                    also: tuple[type[Exception], ...] = ()) -> Iterator[None]:
     """Turn the library's refusal raised inside the block into :class:`Unsupported` with its own words
-    (and the warnings it gave, which is where PyTorch's SDPA says why a kernel was not used).
-    Out-of-memory is not a refusal: it propagates and fails the case."""
+    (and the warnings it gave, which is where PyTorch's SDPA says why a kernel was not used). A
+    refusal is a RuntimeError, ValueError or NotImplementedError, or one of ``also`` for a library that
+    checks its arguments otherwise (FA4 asserts them). Out-of-memory is not a refusal: it propagates and
+    fails the case."""
     import torch
 
+    refusals: tuple[type[Exception], ...] = (RuntimeError, ValueError, NotImplementedError, *also)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             yield
         except torch.cuda.OutOfMemoryError:
             raise
-        except (RuntimeError, ValueError, NotImplementedError) as exc:
+        except refusals as exc:
             why = explain_refusal([str(w.message) for w in caught])
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             head = f"{name} refused this case{f' at {when}' if when else ''}: {first}"
             raise Unsupported("; ".join([head, *why, *([hint] if hint else [])])) from exc
 
 
-def call_or_unsupported(name: str, fn: ForwardFn) -> None:
+def call_or_unsupported(name: str, fn: ForwardFn, also: tuple[type[Exception], ...] = ()) -> None:
     """Run ``fn`` once (a first call: compilation and autotuning happen here, never in a sample);
     a refusal becomes :class:`Unsupported` with the library's words (see :func:`library_refusal`)."""
-    with library_refusal(name):
+    with library_refusal(name, also=also):
         fn()

@@ -10,9 +10,16 @@ One back end per entry point, so each result says which call it timed -- one sma
   ``flash_attn_with_kvcache`` on a dense cache with the library's split-KV heuristic
   (``num_splits=0``) or without splitting (``num_splits=1``), or on a paged cache (``block_table``,
   pages of 256 keys, shuffled page order as a serving engine leaves them);
-* ``fa3``, ``fa3-varlen``, ``fa4``, ``fa4-varlen`` when those builds are importable.
+* ``fa3``, ``fa3-varlen``, ``fa4``, ``fa4-varlen`` when those builds are importable;
+* :class:`Fa4Paged` (``fa4-paged``) -- FA4's KV-cache path: ``flash_attn.cute.flash_attn_varlen_func``
+  over a paged cache (``page_table``, ``seqused_k``) with its split-KV heuristic (``num_splits=0``).
+  FA4 has no ``flash_attn_with_kvcache``: it reads a cache and writes no new tokens into it, so a
+  serving step that appends is not its case.
 
 Masks are flags: none, bottom-right causal, sliding window. A custom mask has no flash-attn form.
+FA2 and FA3 spell an unbounded window side ``-1``; FA4 spells it ``None`` and takes a single ``-1``
+literally (``window_size=(0, -1)`` there means "no key to the right, not even the diagonal": every
+row sees nothing), so each generation gets its own spelling (:attr:`Generation.unbounded`).
 Arguments are passed by keyword after checking the installed signature (FA3 dropped ``dropout_p``,
 so positions differ between builds). A build that lacks a head dim (the wheel in
 ``shared/gpu-wheels`` has dims <= 64 and 128 only) refuses at the first call: that refusal, in the
@@ -45,6 +52,15 @@ class Generation:
     install: str
     archs: tuple[tuple[int, int], ...]  # exact compute capabilities, or () for "sm80 and newer"
     dtypes: tuple[str, ...]
+    unbounded: int | None = -1  # how window_size spells an unbounded side
+    head_dim_multiple: int = 1  # head dims must be a multiple of this (FA4: 16 bytes of the element)
+    #: The head dims the fuzzer draws by default: a library that compiles one kernel per head dim (and
+    #: dtype, mask kind, GQA ratio ...) is fuzzed on the two that models use, not on nine
+    #: (``--attn-fuzz-head-dims`` draws others).
+    fuzz_head_dims: tuple[int, ...] | None = None
+    #: What the build raises, beyond RuntimeError/ValueError/NotImplementedError, when it refuses a case
+    #: at its first call (FA4 checks its arguments with ``assert``)
+    refusals: tuple[type[Exception], ...] = ()
 
 
 FA2 = Generation("fa2", "flash_attn", "flash-attn", "pip install flash-attn --no-build-isolation", (),
@@ -53,17 +69,27 @@ FA3 = Generation("fa3", "flash_attn_interface", "flash-attn 3 (flash_attn_interf
                  "build it from flash-attention/hopper: cd hopper && python setup.py install", ((9, 0),),
                  ("fp16", "bf16", "fp8"))
 FA4 = Generation("fa4", "flash_attn.cute", "flash-attn 4 (flash_attn.cute)", "pip install flash-attn-4",
-                 ((9, 0), (10, 0), (10, 3)), ("fp16", "bf16"))
+                 ((9, 0), (10, 0), (10, 3)), ("fp16", "bf16"), unbounded=None, head_dim_multiple=8,
+                 fuzz_head_dims=(64, 128), refusals=(AssertionError,))
+
+#: The CuTe DSL warns once per kernel it compiles that FA4's ``AuxData`` argument "cannot be converted to a
+#: JitArgument" (dozens per run; FA4 passes it as a compile-time constant on purpose). Not the user's
+#: business: the plugin filters this one message in attention runs, nothing else the DSL says.
+FA4_COMPILE_NOISE = (r"Argument \S+ \(position \d+\) cannot be converted to a JitArgument for function .*"
+                     r"flash_attn\.cute\.utils\.AuxData")
 
 
-def mask_kwargs(case: AttnCase) -> dict[str, Any]:
-    """The case's mask as flash-attn's flags (none, ``causal=True`` or ``window_size=...``)."""
+def mask_kwargs(case: AttnCase, unbounded: int | None = -1) -> dict[str, Any]:
+    """The case's mask as flash-attn's flags (none, ``causal=True`` or ``window_size=...``), an unbounded
+    window side spelled ``unbounded`` (FA2/FA3: -1, FA4: None)."""
     flags = flag_form(case)
     if flags is None:
         raise Unsupported(f"flash-attn has no form for the custom mask {case.mask.id!r}")
     if flags == (-1, 0):
         return {"causal": True}
-    return {} if flags == (-1, -1) else {"window_size": flags}
+    if flags == (-1, -1):
+        return {}
+    return {"window_size": tuple(unbounded if side == -1 else side for side in flags)}
 
 
 @dataclass(frozen=True)
@@ -88,6 +114,10 @@ class _FlashAttn:
     @property
     def description(self) -> str:
         return f"{self.gen.module}.{self.function}"
+
+    @property
+    def fuzz_head_dims(self) -> tuple[int, ...] | None:
+        return self.gen.fuzz_head_dims
 
     def _module(self) -> Any:
         return importlib.import_module(self.gen.module)
@@ -119,6 +149,8 @@ class _FlashAttn:
             return f"{label} needs the same head dim for q/k and v (got {case.head_dim_qk}/{case.head_dim_v})"
         if case.head_dim_qk > 256:
             return f"{label} takes head dims up to 256 (got {case.head_dim_qk})"
+        if case.head_dim_qk % self.gen.head_dim_multiple:
+            return f"{label} takes head dims in multiples of {self.gen.head_dim_multiple} (got {case.head_dim_qk})"
         if flag_form(case) is None:
             return (f"{label} takes causal and sliding-window flags only; the custom mask {case.mask.id!r}"
                     " has no flash-attn form (FlashInfer and flex take custom masks)")
@@ -134,22 +166,38 @@ class _FlashAttn:
         return 0
 
     def expression(self, case: AttnCase) -> str:
-        flags = flag_form(case)
-        if flags == (-1, -1):
+        flags = mask_kwargs(case, self.gen.unbounded)
+        if not flags:
             return "no mask"
-        return "causal=True" if flags == (-1, 0) else f"window_size={flags}"
+        return "causal=True" if "causal" in flags else f"window_size={flags['window_size']}"
+
+    def compiled_kernels(self) -> int | None:
+        """How many kernels this process's FA4 has compiled (or loaded from its disk cache) so far: the
+        sizes of the JIT caches ``flash_attn.cute.interface`` keeps per entry point; None for FA2/FA3,
+        which ship compiled, or where a build keeps no such cache."""
+        if self.gen is not FA4:
+            return None
+        import sys
+
+        interface = sys.modules.get("flash_attn.cute.interface")
+        if interface is None:
+            return 0  # not imported yet: nothing compiled
+        caches = [getattr(getattr(fn, "compile_cache", None), "cache", None) for fn in vars(interface).values()
+                  if callable(fn)]
+        sizes = [len(c) for c in caches if isinstance(c, dict)]
+        return sum(sizes) if sizes else None
 
     def prepare(self, case: AttnCase, inputs: Inputs) -> ForwardFn:
         fn = getattr(self._module(), self.function)
         args, wanted = self._arguments(case, inputs)
-        kwargs = matched_kwargs(fn, {"softmax_scale": case.scale, **mask_kwargs(case), **wanted},
+        kwargs = matched_kwargs(fn, {"softmax_scale": case.scale, **mask_kwargs(case, self.gen.unbounded), **wanted},
                                 droppable=FLAG_DEFAULTS)
 
         def forward() -> Any:
             out = fn(*args, **kwargs)
             return out[0] if isinstance(out, tuple) else out  # FA3 and FA4 also return the LSE
 
-        call_or_unsupported(self.name, forward)
+        call_or_unsupported(self.name, forward, self.gen.refusals)
         return forward
 
     def _arguments(self, case: AttnCase, inputs: Inputs) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -236,7 +284,7 @@ class FlashAttnKvcache(_FlashAttn):
         if new is not None:
             wanted.update(k=new[0], v=new[1])
         wanted.update(cache_seqlens=cached, num_splits=self.num_splits)
-        kwargs = matched_kwargs(fn, {"softmax_scale": case.scale, **mask_kwargs(case), **wanted},
+        kwargs = matched_kwargs(fn, {"softmax_scale": case.scale, **mask_kwargs(case, self.gen.unbounded), **wanted},
                                 droppable=FLAG_DEFAULTS)
         k_cache, v_cache = cache.k, cache.v
 
@@ -246,7 +294,66 @@ class FlashAttnKvcache(_FlashAttn):
             return out.reshape(b * sq, *out.shape[2:])  # back to the packed layout
 
         call = CachedCall(forward, cache.view())
-        call_or_unsupported(self.name, call)
+        call_or_unsupported(self.name, call, self.gen.refusals)
+        return call
+
+
+@dataclass(frozen=True)
+class Fa4Paged(_FlashAttn):
+    """FA4's KV-cache path: ``flash_attn_varlen_func(q, k_pages, v_pages, page_table=..., seqused_k=...)`` on
+    a paged cache in shuffled page order (each request's own length through ``seqused_k``), with FA4's
+    split-KV heuristic (``num_splits=0``; its default, 1, never splits). It reads the cache and writes
+    nothing into it: cases that append new tokens are refused."""
+
+    gen: Generation = FA4
+    page: int = 128  # FA4 on sm90 loads whole pages by TMA when a page is one key tile (128 keys)
+
+    function: ClassVar[str] = "flash_attn_varlen_func"
+    suffix: ClassVar[str] = "-paged"
+    layout: ClassVar[str] = "thd"
+    only_suites: ClassVar[tuple[str, ...]] = ("decode",)
+
+    @property
+    def description(self) -> str:
+        return f"{self.gen.module}.{self.function} (paged cache, {self.page}-key pages, page_table + seqused_k," \
+               " num_splits=0)"
+
+    def _refuses(self, case: AttnCase) -> str | None:
+        if len(set(case.seqlens_q)) > 1:
+            return f"{self.name} takes the same number of queries per request (use {FlashAttnVarlen(self.gen).name})"
+        if any(q > k for q, k in zip(case.seqlens_q, case.seqlens_k, strict=True)):
+            return f"{self.name} needs seqlen_q <= each request's cache length"
+        cache = case.cache
+        if cache is not None and cache.append:
+            return (f"{self.name} reads a paged cache but writes no new tokens into it (FA4 has no"
+                    " flash_attn_with_kvcache); a serving step that appends runs on flash-attn-kvcache or FlashInfer")
+        if cache is not None and cache.slots:
+            return f"{self.name} maps requests to pages by its page table; shuffled cache rows are for dense caches"
+        return None
+
+    def workspace_bytes(self, case: AttnCase) -> int:
+        return cache_bytes(case, self.page)
+
+    def prepare(self, case: AttnCase, inputs: Inputs) -> ForwardFn:
+        import torch
+
+        fn = getattr(self._module(), self.function)
+        b, sq = case.batch, case.seqlens_q[0]
+        q = inputs.q.reshape(b, sq, *inputs.q.shape[1:])
+        cache = paged_cache(case, inputs.k, inputs.v, self.page)
+        used = torch.tensor(case.seqlens_k, dtype=torch.int32, device=q.device)
+        kwargs = matched_kwargs(fn, {"softmax_scale": case.scale, **mask_kwargs(case, self.gen.unbounded),
+                                     "page_table": cache.table, "seqused_k": used, "num_splits": 0},
+                                droppable=FLAG_DEFAULTS)
+        k_pages, v_pages = cache.k, cache.v
+
+        def forward() -> Any:
+            out = fn(q, k_pages, v_pages, **kwargs)
+            out = out[0] if isinstance(out, tuple) else out
+            return out.reshape(b * sq, *out.shape[2:])  # back to the packed layout
+
+        call = CachedCall(forward, cache.view())
+        call_or_unsupported(self.name, call, self.gen.refusals)
         return call
 
 
@@ -263,5 +370,5 @@ def _new_tokens(case: AttnCase, inputs: Inputs) -> tuple[Any, Any] | None:
 FLASH_ATTN_BACKENDS: tuple[_FlashAttn, ...] = (
     FlashAttnFunc(), FlashAttnVarlen(), FlashAttnKvcache(), FlashAttnKvcache(num_splits=1),
     FlashAttnKvcache(paged=True),
-    FlashAttnFunc(FA3), FlashAttnVarlen(FA3), FlashAttnFunc(FA4), FlashAttnVarlen(FA4),
+    FlashAttnFunc(FA3), FlashAttnVarlen(FA3), FlashAttnFunc(FA4), FlashAttnVarlen(FA4), Fa4Paged(),
 )

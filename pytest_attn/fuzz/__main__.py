@@ -4,8 +4,9 @@ on this machine; exit status 1 when one fails, 2 when the back end refuses one h
 from __future__ import annotations
 
 import sys
+import warnings
 
-from ..backends import builtin_registry
+from ..backends import QUIET_WARNINGS, builtin_registry
 from ..backends.base import Unsupported
 from ..core.codec import case_from_json
 from ..engine.probe import probe_device
@@ -18,6 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args:
         print("usage: python -m pytest_attn.fuzz '<case json printed by a fuzz failure>' [...]", file=sys.stderr)
         return 2
+    for pattern in QUIET_WARNINGS:
+        warnings.filterwarnings("ignore", message=pattern, category=UserWarning)
     device, _ = probe_device()
     registry = builtin_registry()
     status = 0

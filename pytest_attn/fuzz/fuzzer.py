@@ -9,6 +9,7 @@ It knows nothing of pytest: a back end that cannot be fuzzed here makes :meth:`F
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,11 +91,25 @@ JUDGE_PER_RELATION = 5
 
 @dataclass
 class Reach:
-    """What one back end and direction was fuzzed with: examples run and refused per relation."""
+    """What one back end and direction was fuzzed with: examples run and refused per relation, their
+    time, and -- for a back end that compiles kernels on first use and can count them
+    (``compiled_kernels()``) -- how many kernels the examples compiled and how long the examples that
+    compiled one took."""
 
     relations: tuple[str, ...]  # the relations its probe found it takes
     ran: Counter[str] = field(default_factory=Counter)
     refused: Counter[str] = field(default_factory=Counter)  # drawn, then refused by the back end
+    seconds: float = 0.0  # every example's call(s) and check
+    compiled: int | None = None  # kernels compiled (None: the back end cannot say)
+    compiling_s: float = 0.0  # of ``seconds``, the examples that compiled a kernel
+
+    def timed(self, seconds: float, compiled: int | None) -> None:
+        """Count one example's time, and the kernels it compiled (None: unknown)."""
+        self.seconds += seconds
+        if compiled is not None:
+            self.compiled = (self.compiled or 0) + compiled
+            if compiled:
+                self.compiling_s += seconds
 
     @property
     def total(self) -> int:
@@ -110,7 +125,13 @@ class Reach:
     def describe(self) -> str:
         parts = [f"{r} {self.ran[r]}" + (f" ({self.refused[r]} refused)" if self.refused[r] else "")
                  for r in self.relations]
-        return f"{self.total} ran: " + ", ".join(parts)
+        text = f"{self.total} ran: " + ", ".join(parts)
+        if self.compiled:
+            text += (f"; {self.compiled} kernel(s) compiled or loaded from a disk cache, the examples that"
+                     f" needed one took {self.compiling_s:.1f} s of {self.seconds:.1f} s")
+        elif self.total:
+            text += f"; {self.seconds:.1f} s"
+        return text
 
 
 class Fuzzer:
@@ -152,12 +173,17 @@ class Fuzzer:
         if backend.supports(case, self.device) is not None:
             reach.refused[relation] += 1
             reject()
+        counter = getattr(backend, "compiled_kernels", None)
+        before = counter() if counter is not None else None
+        start = time.perf_counter()
         try:
             check = run_example(case, backend, self.device, seed)
         except Unsupported:
             reach.refused[relation] += 1
             reject()
+        after = counter() if counter is not None else None
         reach.ran[relation] += 1
+        reach.timed(time.perf_counter() - start, after - before if before is not None and after is not None else None)
         if not check.ok:
             raise AssertionError(failure_message(case, seed, check))
         return None

@@ -63,7 +63,7 @@ def probe_space(
         why = _refusal(backend, device, dtype=dt_candidates[0], head_dim_qk=64, head_dim_v=64, **shape)
         return f"{backend.name} cannot be fuzzed with small cases of {', '.join(dt_candidates)}: {why}"
     dt = ok_dtypes[0]
-    dims = head_dims or (GPU_HEAD_DIMS if device.is_cuda else CPU_HEAD_DIMS)
+    dims = _head_dims(backend, device, head_dims)
     ok_dims = tuple(d for d in dims if _probe(backend, device, dtype=dt, head_dim_qk=d, head_dim_v=d, **shape))
     if not ok_dims:
         return f"{backend.name} takes none of the head dims {', '.join(map(str, dims))}"
@@ -91,6 +91,16 @@ def probe_space(
         cache_slots="serving" in by_relation and _probe(
             backend, device, **{**plain, **RELATION_PROBES["serving"], "cache": KvCache(24, 1, 3)}),
     )
+
+
+def _head_dims(backend: Backend, device: DeviceInfo, given: tuple[int, ...] | None) -> tuple[int, ...]:
+    """The head dims to try: ``given`` (``--attn-fuzz-head-dims``), else on a GPU the back end's own
+    ``fuzz_head_dims`` (a library that compiles a kernel per head dim names the few worth it), else
+    :data:`GPU_HEAD_DIMS` (:data:`CPU_HEAD_DIMS` on a CPU)."""
+    if given:
+        return given
+    own = getattr(backend, "fuzz_head_dims", None) if device.is_cuda else None
+    return own or (GPU_HEAD_DIMS if device.is_cuda else CPU_HEAD_DIMS)
 
 
 def _decode_only(backend: Backend, device: DeviceInfo) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from ..backends import builtin_registry
+from ..backends import QUIET_WARNINGS, builtin_registry
 from ..backends.base import Registry, RegistryError
 from ..backends.registration import register_entry_points
 from ..core.case import AttnCase
@@ -241,10 +241,13 @@ def prepare_attention_run(config: pytest.Config) -> None:
     local history is kept per GPU model (``.benchmarks/<gpu-key>/``, unless ``--benchmark-storage`` is
     given) -- two GPUs' runs are never compared. The plugin does the same when an ``--attn-*`` option
     is given. Costs an NVML query (no CUDA context). The fuzz wiring then loads pytest-attn's Hypothesis
-    profile for the run (``gpu`` where NVML sees a GPU, ``ci`` without)."""
+    profile for the run (``gpu`` where NVML sees a GPU, ``ci`` without), and the libraries' warnings that
+    are not the user's business (:data:`~pytest_attn.backends.QUIET_WARNINGS`) are filtered."""
     if config.stash.get(ATTENTION_RUN, False):
         return
     config.stash[ATTENTION_RUN] = True
+    for pattern in QUIET_WARNINGS:  # e.g. the CuTe DSL's note on every FA4 kernel it compiles
+        config.addinivalue_line("filterwarnings", f"ignore:{pattern}:UserWarning")
     found = config.stash[VISIBLE_GPUS] = visible_devices()
     config.stash[CPU_THREADS] = _cpu_threads(config.getoption("attn_cpu_threads", "auto"), has_gpu=bool(found))
     if found and config.getoption("benchmark_storage", DEFAULT_STORAGE) == DEFAULT_STORAGE:

@@ -2,7 +2,7 @@
 
 pytest-benchmark's machine id has no GPU in it. A :class:`Fingerprint` adds what decides a figure:
 the device (the GPU's name, SM count and memory; on a CPU run, the CPU model), driver, CUDA, torch,
-flash-attn and FlashInfer versions, the clock policy (locked or not, and to what), the power limit,
+flash-attn (FA2), flash-attn-4 and FlashInfer versions, the clock policy (locked or not, and to what), the power limit,
 ECC and MIG, and on a CPU the thread count. A difference in the device itself *blocks* a comparison
 (an H100 is not a slower H200, a CPU is not a slow GPU); a difference in software or settings
 *informs*: it is named beside the verdicts, because it may be the reason for them.
@@ -18,8 +18,8 @@ from typing import Any
 from ..core.device import DeviceInfo
 
 BLOCKING = ("kind", "gpu", "sm_count", "memory_gib")
-INFORMING = ("driver", "cuda", "torch", "flash_attn", "flashinfer", "clocks", "power_limit_w", "ecc", "mig",
-             "cpu_threads")
+INFORMING = ("driver", "cuda", "torch", "flash_attn", "flash_attn_4", "flashinfer", "clocks", "power_limit_w", "ecc",
+             "mig", "cpu_threads")
 
 
 def gpu_key(name: str) -> str:
@@ -51,6 +51,7 @@ class Fingerprint:
     ecc: str | None = None
     mig: str | None = None
     cpu_threads: str | None = None  # a CPU run: torch's thread count and why
+    flash_attn_4: str | None = None  # FlashAttention-4 (flash_attn.cute), a distribution of its own
 
     @property
     def key(self) -> str:
@@ -92,6 +93,7 @@ def fingerprint_of(device: DeviceInfo, clocks: str = "not locked", cpu_threads: 
         ecc=device.ecc,
         mig=device.mig,
         cpu_threads=None if device.is_cuda else cpu_threads,
+        flash_attn_4=library_version("flash-attn-4"),
     )
 
 
