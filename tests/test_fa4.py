@@ -133,7 +133,7 @@ def test_fa4_paged_reads_the_cache_through_its_page_table(fa4_calls):
     assert backend.supports(dataclasses.replace(c, dtype="bf16"), H100) is None
     check = run_example(c, backend, CPU, seed=3)  # the cache is checked after the call too: nothing written
     assert check.ok, check.describe(c)
-    assert fa4_calls[-1] == {"causal": True, "window_size": (None, None), "paged": True, "num_splits": 0}
+    assert fa4_calls[-1] == {"causal": True, "window_size": (None, None), "paged": True, "num_splits": 1}
     assert backend.workspace_bytes(c) == (1 + 3 + 2 + 2) * 128 * 2 * (16 + 16) * 4  # whole pages, 2 spare
 
 
@@ -182,23 +182,46 @@ def test_fa4_counts_the_kernels_its_process_compiled(monkeypatch):
 NOISY_TEST = '''
 import warnings
 
+from flash_attn.cute import noisy as fa4_noisy
+from quack import noisy as quack_noisy
+
 
 def test_compiles():
     warnings.warn("Argument aux_data (position 13) cannot be converted to a JitArgument for function 'kernel'. Its"
                   " type `<class 'flash_attn.cute.utils.AuxData'>` is not supported.", UserWarning)
     warnings.warn("Argument x (position 2) cannot be converted to a JitArgument for function 'mine'. Its type"
                   " `<class 'my.Thing'>` is not supported.", UserWarning)
+    fa4_noisy.compile()
+    quack_noisy.compile()
+    exec("import warnings; warnings.warn('warpgroup.OperandMajorMode is deprecated, use cute.nvgpu.OperandMajorMode"
+         " instead', DeprecationWarning)", {"__name__": "generated"})
+    warnings.warn("my_api is deprecated, use my_other_api", DeprecationWarning)
+'''
+#: What FA4 and quack (4.0.0b36, quack 0.6.5) trigger on import and compile with nvidia-cutlass-dsl 4.8
+NOISY_LIBRARY = '''
+import warnings
+
+
+def compile():
+    warnings.warn("cutlass.utils.LayoutEnum is deprecated; use cutlass.tensor_utils.LayoutEnum instead.",
+                  DeprecationWarning)
 '''
 
 
-def test_the_dsl_note_on_each_fa4_compile_is_filtered_in_attention_runs_only(pytester):
+def test_fa4s_and_the_dsls_noise_is_filtered_in_attention_runs_only(pytester):
     pytester.makepyfile(test_noisy=NOISY_TEST)
+    for package in ("flash_attn", "flash_attn/cute", "quack"):
+        pytester.mkpydir(package)
+        (pytester.path / package / "noisy.py").write_text(NOISY_LIBRARY)
     attention = pytester.runpytest("-p", "no:cacheprovider", "--attn-profile=cpu")
     out = attention.stdout.str()
     assert "flash_attn.cute.utils.AuxData" not in out  # FA4's own, on purpose: not the user's business
+    assert "LayoutEnum" not in out and "OperandMajorMode" not in out  # the DSL's deprecations in FA4's code
     assert "my.Thing" in out  # the DSL's same warning about someone else's code is shown
+    assert "my_api is deprecated" in out  # and a DeprecationWarning of the user's own
     unrelated = pytester.runpytest("-p", "no:cacheprovider")  # no attention run: the plugin filters nothing
-    assert "flash_attn.cute.utils.AuxData" in unrelated.stdout.str()
+    for text in ("flash_attn.cute.utils.AuxData", "LayoutEnum", "OperandMajorMode"):
+        assert text in unrelated.stdout.str()
 
 
 def test_an_fa4_assertion_at_the_first_call_is_its_refusal(monkeypatch):

@@ -11,8 +11,8 @@ core and the oracle. A new back end goes here (or in your own package, registere
 
 from __future__ import annotations
 
-from .base import Backend, Registry, RegistryError, Unsupported, refusal
-from .flash_attn import FA4_COMPILE_NOISE, FLASH_ATTN_BACKENDS
+from .base import Backend, QuietWarning, Registry, RegistryError, Unsupported, refusal
+from .flash_attn import FA4_QUIET, FLASH_ATTN_BACKENDS
 from .flashinfer import PREFILL_BACKENDS
 from .flashinfer_paged import PAGED_BACKENDS
 from .reference import ReferenceBackend
@@ -23,7 +23,7 @@ from .torch_varlen import VarlenBackend
 
 #: Regular expressions of library warnings that are not the user's business (UserWarnings, matched from the
 #: message's start): attention runs filter them, and nothing else.
-QUIET_WARNINGS: tuple[str, ...] = (FA4_COMPILE_NOISE,)
+QUIET_WARNINGS: tuple[QuietWarning, ...] = (*FA4_QUIET,)
 
 
 def builtin_registry() -> Registry:
@@ -37,6 +37,7 @@ def builtin_registry() -> Registry:
 __all__ = [
     "QUIET_WARNINGS",
     "Backend",
+    "QuietWarning",
     "Registry",
     "RegistryError",
     "SdpaBackend",

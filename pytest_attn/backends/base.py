@@ -52,6 +52,25 @@ class JitModule:
     handle: Any = field(default=None, compare=False, repr=False)  # the library's own object
 
 
+@dataclass(frozen=True)
+class QuietWarning:
+    """One warning a library prints that is not the user's business, filtered in attention runs: the
+    start of its message (a regular expression), its category and the module it is attributed to (the
+    start of the dotted name, a regular expression; empty: any module)."""
+
+    message: str
+    category: type[Warning]
+    module: str = ""
+
+    def ini_line(self) -> str:
+        """The ``filterwarnings`` ini line pytest takes for it."""
+        return f"ignore:{self.message}:{self.category.__name__}:{self.module}"
+
+    def install(self) -> None:
+        """Filter it in this process (outside pytest)."""
+        warnings.filterwarnings("ignore", message=self.message, category=self.category, module=self.module)
+
+
 @runtime_checkable
 class CompilesOnFirstUse(Protocol):
     """A back end whose library compiles kernel modules on first use (FlashInfer)."""

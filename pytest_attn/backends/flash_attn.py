@@ -12,7 +12,8 @@ One back end per entry point, so each result says which call it timed -- one sma
   pages of 256 keys, shuffled page order as a serving engine leaves them);
 * ``fa3``, ``fa3-varlen``, ``fa4``, ``fa4-varlen`` when those builds are importable;
 * :class:`Fa4Paged` (``fa4-paged``) -- FA4's KV-cache path: ``flash_attn.cute.flash_attn_varlen_func``
-  over a paged cache (``page_table``, ``seqused_k``) with its split-KV heuristic (``num_splits=0``).
+  over a paged cache (``page_table``, ``seqused_k``), one split (``num_splits=1``: FA4 has no split-KV
+  on sm90, and its heuristic raises "SplitKV not supported on SM 9.0" where it would split).
   FA4 has no ``flash_attn_with_kvcache``: it reads a cache and writes no new tokens into it, so a
   serving step that appends is not its case.
 
@@ -36,7 +37,7 @@ from ..core.case import AttnCase
 from ..core.device import DeviceInfo
 from ..core.layouts import Inputs
 from ..core.masks import flag_form
-from .base import ForwardFn, Unsupported, call_or_unsupported
+from .base import ForwardFn, QuietWarning, Unsupported, call_or_unsupported
 from .kvcache import CachedCall, DenseCache, PagedCache, cache_bytes, cache_of, dense_cache, paged_cache, per_request
 from .signature import matched_kwargs
 
@@ -77,6 +78,18 @@ FA4 = Generation("fa4", "flash_attn.cute", "flash-attn 4 (flash_attn.cute)", "pi
 #: business: the plugin filters this one message in attention runs, nothing else the DSL says.
 FA4_COMPILE_NOISE = (r"Argument \S+ \(position \d+\) cannot be converted to a JitArgument for function .*"
                      r"flash_attn\.cute\.utils\.AuxData")
+#: What FA4 (4.0.0b36) and quack print on import and compile with nvidia-cutlass-dsl 4.8: the DSL's
+#: DeprecationWarnings about APIs *their* code calls (``cutlass.utils.LayoutEnum``, ``Arch``,
+#: ``SmemAllocator``, ``warpgroup.OperandMajorMode``: 697 lines in a ci-profile fuzz on an H200), and
+#: the AuxData note above. Filtered by the module they are attributed to -- flash_attn.cute and quack --
+#: except the one raised in the code the DSL generates (``<string>``), matched by its message; a
+#: DeprecationWarning from the user's own code still shows.
+FA4_QUIET: tuple[QuietWarning, ...] = (
+    QuietWarning(FA4_COMPILE_NOISE, UserWarning),
+    QuietWarning("", DeprecationWarning, r"flash_attn\.cute"),
+    QuietWarning("", DeprecationWarning, r"quack"),
+    QuietWarning(r"warpgroup\.OperandMajorMode is deprecated", DeprecationWarning),
+)
 
 
 def mask_kwargs(case: AttnCase, unbounded: int | None = -1) -> dict[str, Any]:
@@ -301,9 +314,10 @@ class FlashAttnKvcache(_FlashAttn):
 @dataclass(frozen=True)
 class Fa4Paged(_FlashAttn):
     """FA4's KV-cache path: ``flash_attn_varlen_func(q, k_pages, v_pages, page_table=..., seqused_k=...)`` on
-    a paged cache in shuffled page order (each request's own length through ``seqused_k``), with FA4's
-    split-KV heuristic (``num_splits=0``; its default, 1, never splits). It reads the cache and writes
-    nothing into it: cases that append new tokens are refused."""
+    a paged cache in shuffled page order (each request's own length through ``seqused_k``), without
+    splitting the keys (``num_splits=1``): on an H200, FA4 4.0.0b36's heuristic (``num_splits=0``) raised
+    "SplitKV not supported on SM 9.0" on the Qwen spec-decode case, where it chose to split. It reads the
+    cache and writes nothing into it: cases that append new tokens are refused."""
 
     gen: Generation = FA4
     page: int = 128  # FA4 on sm90 loads whole pages by TMA when a page is one key tile (128 keys)
@@ -316,7 +330,7 @@ class Fa4Paged(_FlashAttn):
     @property
     def description(self) -> str:
         return f"{self.gen.module}.{self.function} (paged cache, {self.page}-key pages, page_table + seqused_k," \
-               " num_splits=0)"
+               " num_splits=1)"
 
     def _refuses(self, case: AttnCase) -> str | None:
         if len(set(case.seqlens_q)) > 1:
@@ -343,7 +357,7 @@ class Fa4Paged(_FlashAttn):
         cache = paged_cache(case, inputs.k, inputs.v, self.page)
         used = torch.tensor(case.seqlens_k, dtype=torch.int32, device=q.device)
         kwargs = matched_kwargs(fn, {"softmax_scale": case.scale, **mask_kwargs(case, self.gen.unbounded),
-                                     "page_table": cache.table, "seqused_k": used, "num_splits": 0},
+                                     "page_table": cache.table, "seqused_k": used, "num_splits": 1},
                                 droppable=FLAG_DEFAULTS)
         k_pages, v_pages = cache.k, cache.v
 

@@ -4,7 +4,6 @@ on this machine; exit status 1 when one fails, 2 when the back end refuses one h
 from __future__ import annotations
 
 import sys
-import warnings
 
 from ..backends import QUIET_WARNINGS, builtin_registry
 from ..backends.base import Unsupported
@@ -19,8 +18,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args:
         print("usage: python -m pytest_attn.fuzz '<case json printed by a fuzz failure>' [...]", file=sys.stderr)
         return 2
-    for pattern in QUIET_WARNINGS:
-        warnings.filterwarnings("ignore", message=pattern, category=UserWarning)
+    for quiet in QUIET_WARNINGS:
+        quiet.install()
     device, _ = probe_device()
     registry = builtin_registry()
     status = 0

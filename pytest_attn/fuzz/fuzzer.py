@@ -8,6 +8,7 @@ It knows nothing of pytest: a back end that cannot be fuzzed here makes :meth:`F
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections import Counter
@@ -98,6 +99,10 @@ class Reach:
 
     relations: tuple[str, ...]  # the relations its probe found it takes
     ran: Counter[str] = field(default_factory=Counter)
+    #: relations whose own property (:meth:`Fuzzer.run`) ran its full share of examples: one of these
+    #: that no example ran is missing whatever the total
+    judged: set[str] = field(default_factory=set)
+    failed: bool = False  # a property found a wrong result: the reach of its strategy is not the news
     refused: Counter[str] = field(default_factory=Counter)  # drawn, then refused by the back end
     seconds: float = 0.0  # every example's call(s) and check
     compiled: int | None = None  # kernels compiled (None: the back end cannot say)
@@ -117,7 +122,13 @@ class Reach:
 
     def missing(self) -> tuple[str, ...]:
         """Relations the back end takes that no example ran -- judged once enough examples ran for a
-        missing one to mean something (:data:`JUDGE_PER_RELATION` per relation), else none."""
+        missing one to mean something (:data:`JUDGE_PER_RELATION` per relation, or the relation's own
+        property run to the end), else none; none either once a property failed (the failure is the news,
+        and the examples it cut short say nothing of the strategy)."""
+        if self.failed:
+            return ()
+        if self.judged:
+            return tuple(r for r in self.relations if r in self.judged and not self.ran[r])
         if self.total < JUDGE_PER_RELATION * len(self.relations):
             return ()
         return tuple(r for r in self.relations if not self.ran[r])
@@ -154,16 +165,53 @@ class Fuzzer:
                 self.reach[key] = Reach(tuple(space.relation_kinds()))
         return self._spaces[key]
 
-    def check(self, name: str, direction: str, data: Any) -> Refused | None:
-        """One example: draw a case, run it, raise AssertionError with the report when it is wrong.
-        Cases the back end refuses, or that the known-failure ledger covers, are rejected (and counted
-        per relation); a back end that cannot be fuzzed here at all gives a :class:`Refused`."""
+    def run(self, name: str, direction: str, parent: Any = None) -> Refused | None:
+        """The fuzz property for one back end and direction: one Hypothesis run per relation of lengths it
+        takes, each with its share of the profile's examples (``parent``: the settings to start from,
+        by default the loaded profile's), so every relation is fuzzed whatever Hypothesis' draws favour --
+        one property drawing the relation first left chunked prefill out of 67 FA4 examples on an H200.
+        Raises AssertionError with the report on a wrong result; a relation whose every drawn case the
+        back end refuses ends its run quietly, and the reach check names it."""
+        from hypothesis import given, settings
+        from hypothesis.errors import Unsatisfiable
+
+        space = self.space(name, direction)
+        if isinstance(space, str):
+            return Refused(space)
+        reach = self.reach[(name, direction)]
+        base = parent if parent is not None else settings.default
+        assert base is not None  # a profile is always loaded
+        share = max(1, -(-base.max_examples // len(reach.relations)))
+        for relation in reach.relations:
+            test = settings(base, max_examples=share)(given(data=st.data())(self._property(name, direction, relation)))
+            # one example database entry per back end, direction and relation (Hypothesis' pytest plugin
+            # does the same for parametrized tests)
+            test.hypothesis.inner_test._hypothesis_internal_add_digest = (  # type: ignore[attr-defined]
+                f"pytest-attn fuzz {name} {direction} {relation}".encode())
+            with contextlib.suppress(Unsatisfiable):  # every drawn case refused: reach.missing() says so
+                test()
+            if share >= JUDGE_PER_RELATION:
+                reach.judged.add(relation)
+        return None
+
+    def _property(self, name: str, direction: str, relation: str) -> Any:
+        def prop(data: Any) -> None:
+            self.check(name, direction, data, relation=relation)
+
+        return prop
+
+    def check(self, name: str, direction: str, data: Any, relation: str | None = None) -> Refused | None:
+        """One example: draw a case (of ``relation``, else of a relation drawn first), run it, raise
+        AssertionError with the report when it is wrong. Cases the back end refuses, or that the
+        known-failure ledger covers, are rejected (and counted per relation); a back end that cannot be
+        fuzzed here at all gives a :class:`Refused`."""
         space = self.space(name, direction)
         if isinstance(space, str):
             return Refused(space)
         backend = self.registry.get(name)
         reach = self.reach[(name, direction)]
-        relation = data.draw(st.sampled_from(reach.relations), label="relation")
+        if relation is None:
+            relation = data.draw(st.sampled_from(reach.relations), label="relation")
         case = data.draw(attn_cases(backend=name, space=space, direction=direction, relations=(relation,)),
                          label="case")
         seed = data.draw(st.integers(0, 2**16 - 1), label="seed")
@@ -185,5 +233,6 @@ class Fuzzer:
         reach.ran[relation] += 1
         reach.timed(time.perf_counter() - start, after - before if before is not None and after is not None else None)
         if not check.ok:
+            reach.failed = True
             raise AssertionError(failure_message(case, seed, check))
         return None

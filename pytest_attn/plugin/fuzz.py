@@ -77,12 +77,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 class FuzzCheck:
-    """What the ``attn_fuzzer`` fixture gives a fuzz test: ``check(backend, direction, data)`` runs one
-    example and skips the test when the back end cannot be fuzzed here."""
+    """What the ``attn_fuzzer`` fixture gives a fuzz test: ``run(backend, direction)`` runs the whole
+    property (every relation of lengths the back end takes, each its share of the profile's examples);
+    ``check(backend, direction, data)`` runs one example inside a test's own ``@given``. Either skips
+    the test when the back end cannot be fuzzed here."""
 
     def __init__(self, fuzzer: Any) -> None:
         self.fuzzer = fuzzer
         self.registry, self.device = fuzzer.registry, fuzzer.device
+
+    def run(self, name: str, direction: str) -> None:
+        refused = self.fuzzer.run(name, direction)
+        if refused is not None:
+            pytest.skip(refused.reason)
 
     def check(self, name: str, direction: str, data: Any) -> None:
         refused = self.fuzzer.check(name, direction, data)
@@ -92,8 +99,8 @@ class FuzzCheck:
 
 @pytest.fixture(scope="session")
 def attn_fuzzer(request: pytest.FixtureRequest, attn_device: DeviceInfo) -> FuzzCheck:
-    """Runs one fuzz example: ``attn_fuzzer.check(backend, direction, data)`` inside a ``@given`` test
-    (see suites/test_fuzz_varlen.py)."""
+    """Runs the fuzz property: ``attn_fuzzer.run(backend, direction)`` (see suites/test_fuzz_varlen.py),
+    or one example, ``attn_fuzzer.check(backend, direction, data)``, inside a ``@given`` test."""
     from ..fuzz.fuzzer import Fuzzer
 
     session = attn_session(request.config)

@@ -246,8 +246,8 @@ def prepare_attention_run(config: pytest.Config) -> None:
     if config.stash.get(ATTENTION_RUN, False):
         return
     config.stash[ATTENTION_RUN] = True
-    for pattern in QUIET_WARNINGS:  # e.g. the CuTe DSL's note on every FA4 kernel it compiles
-        config.addinivalue_line("filterwarnings", f"ignore:{pattern}:UserWarning")
+    for quiet in QUIET_WARNINGS:  # e.g. the CuTe DSL's note on every FA4 kernel it compiles
+        config.addinivalue_line("filterwarnings", quiet.ini_line())
     found = config.stash[VISIBLE_GPUS] = visible_devices()
     config.stash[CPU_THREADS] = _cpu_threads(config.getoption("attn_cpu_threads", "auto"), has_gpu=bool(found))
     if found and config.getoption("benchmark_storage", DEFAULT_STORAGE) == DEFAULT_STORAGE:
