@@ -4,6 +4,7 @@ baseline, and corrupt files named and never overwritten."""
 from __future__ import annotations
 
 import json
+import re
 import os
 from pathlib import Path
 
@@ -161,3 +162,32 @@ def test_each_repeat_keeps_its_clock_and_cycles_pair_each_repeats_time_with_its_
     fa = benches(load_baseline(path))["suites/test_prefill.py::test_prefill[flash-attn]"]
     assert fa.repeats_clock_mhz == () and len(fa.repeats_s) == 4  # the clocks of the repeats unknown
     assert fa.cycles is None  # the last repeat has no clock: no cycles rather than a wrong pairing
+
+
+@pytest.mark.parametrize("bad", [True, "nan", "inf", -1, None, 0])
+@pytest.mark.parametrize("section, key", [("timing", "repeats_s"), ("clocks", "repeats_sm_clock_mhz")])
+def test_a_stored_repeat_that_is_not_a_finite_positive_number_is_refused_naming_case_and_field(
+        tmp_path, bad, section, key):
+    # `true` in one repeat turned every case AMBIGUOUS, and a 300 % slowdown passed the gate
+    path = tmp_path / "baseline.json"
+    save_baseline(path, _record_run(), fingerprint_of(H200))
+    save_baseline(path, _record_run(1.1), fingerprint_of(H200), add=True)
+    data = json.loads(path.read_text())
+    bench = data["benchmarks"][0]
+    values = list(bench["extra_info"][section].get(key) or (1e-3, 1.1e-3))
+    values[1] = bad
+    bench["extra_info"][section][key] = values
+    path.write_text(json.dumps(data))
+    name = bench.get("fullname") or bench["name"]
+    with pytest.raises(BaselineError, match=re.escape(f"benchmark {name!r} has {section}.{key}[1] = {bad!r}, not a finite")):
+        load_baseline(path)
+
+
+def test_the_baseline_file_is_readable_by_others_on_the_host(tmp_path):
+    path = tmp_path / "baseline.json"
+    old = os.umask(0o022)
+    try:
+        save_baseline(path, _record_run(), fingerprint_of(H200))
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o644  # mkstemp alone leaves 0600

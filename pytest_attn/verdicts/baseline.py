@@ -59,6 +59,7 @@ def check_run(data: Any, where: str) -> dict[str, Any]:
                                 f" number of seconds; {RERECORD}")
         info = bench.get("extra_info")
         if is_record(info):
+            _check_repeats(info, name, where)
             try:
                 Record.from_json(info)
             except (TypeError, ValueError, KeyError) as exc:
@@ -72,6 +73,28 @@ def check_run(data: Any, where: str) -> dict[str, Any]:
         except (TypeError, ValueError) as exc:
             raise BaselineError(f"{where}: its fingerprint is unusable ({exc}); {RERECORD}") from None
     return data
+
+
+#: The per-repeat numbers of a stored case: (section, field, what a value must be)
+REPEAT_FIELDS: tuple[tuple[str, str], ...] = (("timing", "repeats_s"), ("clocks", "repeats_sm_clock_mhz"))
+
+
+def _check_repeats(info: dict[str, Any], name: str, where: str) -> None:
+    """Each stored repeat a finite positive number (not ``true``, ``"nan"``, ``"inf"`` or ``-1``, which
+    json and Python would otherwise take as 1, a string or a negative time): one bad repeat would turn the
+    case's noise band into nonsense and blind the gate to any slowdown."""
+    for section, key in REPEAT_FIELDS:
+        part = info.get(section)
+        values = part.get(key) if isinstance(part, dict) else None
+        if values is None:
+            continue
+        if not isinstance(values, list | tuple):
+            raise BaselineError(f"{where}: benchmark {name!r} has {section}.{key} {values!r}, not a list;"
+                                f" {RERECORD}")
+        for i, value in enumerate(values):
+            if not _positive(value):
+                raise BaselineError(f"{where}: benchmark {name!r} has {section}.{key}[{i}] = {value!r}, not a"
+                                    f" finite positive number; {RERECORD}")
 
 
 def load_baseline(path: Path) -> dict[str, Any]:
@@ -163,6 +186,7 @@ def _may_replace(path: Path, fingerprint: Fingerprint, force: bool) -> str:
 def _write(path: Path, data: dict[str, Any]) -> None:
     fd, tmp = tempfile.mkstemp(prefix=".baseline-", suffix=".json", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would keep others on a CI host from reading it
         with os.fdopen(fd, "w") as fh:
             json.dump(data, fh, indent=2, sort_keys=True, allow_nan=False)
             fh.write("\n")
@@ -175,6 +199,12 @@ def _write(path: Path, data: dict[str, Any]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def add_repeat(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any], int]:
