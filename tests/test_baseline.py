@@ -4,8 +4,8 @@ baseline, and corrupt files named and never overwritten."""
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -179,7 +179,8 @@ def test_a_stored_repeat_that_is_not_a_finite_positive_number_is_refused_naming_
     bench["extra_info"][section][key] = values
     path.write_text(json.dumps(data))
     name = bench.get("fullname") or bench["name"]
-    with pytest.raises(BaselineError, match=re.escape(f"benchmark {name!r} has {section}.{key}[1] = {bad!r}, not a finite")):
+    expected = f"benchmark {name!r} has {section}.{key}[1] = {bad!r}, not a finite"
+    with pytest.raises(BaselineError, match=re.escape(expected)):
         load_baseline(path)
 
 

@@ -236,3 +236,16 @@ def test_a_run_stopped_by_x_is_partial_and_one_that_ran_to_its_end_is_not(run, p
     failed = run("--benchmark-json=out.json")  # the failure without -x: every case ran
     assert failed.ret == pytest.ExitCode.TESTS_FAILED
     assert "attn_partial" not in json.loads((pytester.path / "out.json").read_text())
+
+
+def test_a_benchmark_json_path_that_cannot_be_written_stops_the_run_at_start_up(run, pytester):
+    # it used to measure every case, then die on a raw FileNotFoundError with no summary and no autosave
+    missing = run("--benchmark-json=nowhere/x.json")
+    assert missing.ret == pytest.ExitCode.USAGE_ERROR
+    missing.stderr.fnmatch_lines(["*--benchmark-json=nowhere/x.json: the folder nowhere does not exist; create it*"])
+    assert "passed" not in missing.stdout.str()
+    (pytester.path / "adir").mkdir()
+    folder = run("--benchmark-json=adir")
+    assert folder.ret == pytest.ExitCode.USAGE_ERROR
+    folder.stderr.fnmatch_lines(["*--benchmark-json=adir: that is a folder; give a file path*"])
+    assert run("--benchmark-json=out.json").ret == pytest.ExitCode.OK

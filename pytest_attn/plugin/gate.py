@@ -46,11 +46,32 @@ def writable_dir(path: Path, flag: str) -> None:
                                 " can write to") from None
 
 
+def writable_file(path: Path, flag: str) -> None:
+    """A file the run will write at its end (pytest-benchmark's ``--benchmark-json``): its folder must exist
+    and take a file, else stop at start-up -- not after every case was measured."""
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise pytest.UsageError(f"{flag}={path}: that is a folder; give a file path, e.g. {path / 'run.json'}")
+    if not folder.is_dir():
+        raise pytest.UsageError(f"{flag}={path}: the folder {folder} does not exist; create it (mkdir -p"
+                                f" {folder}) or give another path")
+    try:
+        probe = folder / ".pytest-attn-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise pytest.UsageError(f"{flag}={path}: cannot write in {folder} ({exc.strerror or exc}); give a path"
+                                " you can write to") from None
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Every path an option names is checked now, before anything is measured."""
     session = config.stash.get(ATTN_SESSION, None)
     if session is None:
         return
+    json_path = config.getoption("benchmark_json", None)
+    if json_path is not None and not hasattr(config, "workerinput"):
+        writable_file(Path(json_path), "--benchmark-json")
     gate_options = session.gate
     if gate_options.save and gate_options.add:
         raise pytest.UsageError("--attn-save-baseline and --attn-add-to-baseline: give one (save records a new"
