@@ -299,16 +299,25 @@ class FlashAttnKvcache(_FlashAttn):
         wanted.update(cache_seqlens=cached, num_splits=self.num_splits)
         kwargs = matched_kwargs(fn, {"softmax_scale": case.scale, **mask_kwargs(case, self.gen.unbounded), **wanted},
                                 droppable=FLAG_DEFAULTS)
-        k_cache, v_cache = cache.k, cache.v
+        return _cache_call(self, fn, q, kwargs, cache)
 
-        def forward() -> Any:
-            out = fn(q, k_cache, v_cache, **kwargs)
-            out = out[0] if isinstance(out, tuple) else out
-            return out.reshape(b * sq, *out.shape[2:])  # back to the packed layout
 
-        call = CachedCall(forward, cache.view())
-        call_or_unsupported(self.name, call, self.gen.refusals)
-        return call
+def _cache_call(backend: _FlashAttn, fn: Any, q: Any, kwargs: dict[str, Any],
+                cache: DenseCache | PagedCache) -> ForwardFn:
+    """The timed call on a KV cache (dense or paged): ``fn(q, k_cache, v_cache, **kwargs)`` with ``q`` as
+    (batch, seqlen_q, heads, dim), its output back in the packed layout, the cache it reads kept for the
+    check; tried once here, so a case the build refuses is a skip."""
+    b, sq = q.shape[0], q.shape[1]
+    k_cache, v_cache = cache.k, cache.v
+
+    def forward() -> Any:
+        out = fn(q, k_cache, v_cache, **kwargs)
+        out = out[0] if isinstance(out, tuple) else out
+        return out.reshape(b * sq, *out.shape[2:])  # back to the packed layout
+
+    call = CachedCall(forward, cache.view())
+    call_or_unsupported(backend.name, call, backend.gen.refusals)
+    return call
 
 
 @dataclass(frozen=True)
@@ -359,16 +368,7 @@ class Fa4Paged(_FlashAttn):
         kwargs = matched_kwargs(fn, {"softmax_scale": case.scale, **mask_kwargs(case, self.gen.unbounded),
                                      "page_table": cache.table, "seqused_k": used, "num_splits": 1},
                                 droppable=FLAG_DEFAULTS)
-        k_pages, v_pages = cache.k, cache.v
-
-        def forward() -> Any:
-            out = fn(q, k_pages, v_pages, **kwargs)
-            out = out[0] if isinstance(out, tuple) else out
-            return out.reshape(b * sq, *out.shape[2:])  # back to the packed layout
-
-        call = CachedCall(forward, cache.view())
-        call_or_unsupported(self.name, call, self.gen.refusals)
-        return call
+        return _cache_call(self, fn, q, kwargs, cache)
 
 
 def _new_tokens(case: AttnCase, inputs: Inputs) -> tuple[Any, Any] | None:

@@ -34,13 +34,18 @@ from .session import ATTN_SESSION, CPU_THREADS, GATE_LINES, AttnSession
 GIVEN_BASELINE = pytest.StashKey[dict[str, Any]]()
 
 
+def _takes_a_file(folder: Path) -> None:
+    """Write and remove a probe file in ``folder``; raises OSError when it cannot."""
+    probe = folder / ".pytest-attn-write-test"
+    probe.write_text("")
+    probe.unlink()
+
+
 def writable_dir(path: Path, flag: str) -> None:
     """Make ``path`` (and its parents) and prove it takes a file, or stop at start-up saying why."""
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".pytest-attn-write-test"
-        probe.write_text("")
-        probe.unlink()
+        _takes_a_file(path)
     except OSError as exc:
         raise pytest.UsageError(f"{flag}={path}: cannot write there ({exc.strerror or exc}); give a folder you"
                                 " can write to") from None
@@ -56,9 +61,7 @@ def writable_file(path: Path, flag: str) -> None:
         raise pytest.UsageError(f"{flag}={path}: the folder {folder} does not exist; create it (mkdir -p"
                                 f" {folder}) or give another path")
     try:
-        probe = folder / ".pytest-attn-write-test"
-        probe.write_text("")
-        probe.unlink()
+        _takes_a_file(folder)
     except OSError as exc:
         raise pytest.UsageError(f"{flag}={path}: cannot write in {folder} ({exc.strerror or exc}); give a path"
                                 " you can write to") from None
