@@ -3,6 +3,7 @@ baseline, and corrupt files named and never overwritten."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -39,10 +40,11 @@ def test_save_is_atomic_and_refuses_another_gpu(tmp_path, run, monkeypatch):
     assert stored_fingerprint(load_baseline(path)) == h100
 
     def broken_replace(src, dst):  # a crash between writing and renaming leaves the old file whole
-        raise OSError("disk full")
+        raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "replace", broken_replace)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(BaselineError, match=r"cannot write .*baseline.json \(No space left on device\); the baseline"
+                                            " there is as it was. Free space"):
         save_baseline(path, run, h100)
     assert stored_fingerprint(load_baseline(path)) == h100
     left = sorted(p.name for p in path.parent.iterdir() if p.suffix != ".lock")

@@ -8,6 +8,7 @@ partial and skipped by a bare --benchmark-compare."""
 
 from __future__ import annotations
 
+import errno
 import json
 
 import pytest
@@ -249,3 +250,52 @@ def test_a_benchmark_json_path_that_cannot_be_written_stops_the_run_at_start_up(
     assert folder.ret == pytest.ExitCode.USAGE_ERROR
     folder.stderr.fnmatch_lines(["*--benchmark-json=adir: that is a folder; give a file path*"])
     assert run("--benchmark-json=out.json").ret == pytest.ExitCode.OK
+
+
+class _FullDisk:
+    """A file on a disk with 4 KiB left: the first 4 KiB land, then ENOSPC (the file is left cut short)."""
+
+    def __init__(self, path, mode="wb"):
+        self.path, self.fh, self.room = str(path), open(path, mode), 4096
+
+    def write(self, data):
+        self.fh.write(data[: self.room])
+        self.fh.flush()
+        if len(data) > self.room:
+            raise OSError(errno.ENOSPC, "No space left on device", self.path)
+        self.room -= len(data)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.fh.close()
+
+
+def test_a_full_disk_at_the_end_leaves_no_truncated_json_and_exits_4_after_the_summary(run, pytester, monkeypatch):
+    import pathlib
+
+    import pytest_benchmark.session
+
+    plain_open = pathlib.Path.open
+
+    def path_open(self, mode="r", *args, **kwargs):
+        if mode == "wb" and self.suffix == ".json" and ".benchmarks" in self.parts:  # pytest-benchmark's autosave
+            return _FullDisk(self, mode)
+        return plain_open(self, mode, *args, **kwargs)
+
+    monkeypatch.setattr(pytest_benchmark.session, "open", _FullDisk, raising=False)  # its --benchmark-json
+    monkeypatch.setattr(pathlib.Path, "open", path_open)
+    (pytester.path / "out.json").write_text("{}")  # an earlier run's file: overwritten in place, cut short
+    full = run("--benchmark-json=out.json", "--benchmark-autosave")
+    assert full.ret == pytest.ExitCode.USAGE_ERROR
+    full.stdout.fnmatch_lines(["*pytest-attn summary*", "*error: saving the run failed: No space left on device"
+                               " (out.json); out.json cut short and removed (no truncated JSON left).*Free space*"])
+    assert not (pytester.path / "out.json").exists()
+    assert "Traceback" not in full.stdout.str() and "OSError" not in full.stdout.str()
+    monkeypatch.setattr(pytest_benchmark.session, "open", open, raising=False)
+    only_autosave = run("--benchmark-autosave")
+    assert only_autosave.ret == pytest.ExitCode.USAGE_ERROR
+    only_autosave.stdout.fnmatch_lines(["*error: saving the run failed: No space left on device (*.benchmarks*0001_*"
+                                        ".json); *0001_*.json cut short and removed*"])
+    assert not list((pytester.path / ".benchmarks").rglob("*.json"))

@@ -3,6 +3,7 @@ CPU case cannot hold it (its calls are short or it is refused before it starts).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -145,10 +146,41 @@ def test_locked_clocks_are_restored_whatever_signal_ends_the_run(tmp_path, signu
     proc.send_signal(signum)
     out, _ = proc.communicate(timeout=30)
     assert (tmp_path / "calls.txt").read_text() == "lock 1980\nreset\n", out
-    if signum == signal.SIGINT:
-        assert proc.returncode == pytest.ExitCode.INTERRUPTED
-    else:  # the signal's own end, after the restore: a parent (a CI runner, ssh) sees what it sent
+    if signum == signal.SIGQUIT:  # the signal's own end, after the restore: a parent sees what it sent
         assert proc.returncode == -signum, out
+    else:  # SIGTERM and SIGHUP stop the run as Ctrl-C does (test_sigterm_and_sighup_keep_what_was_measured)
+        assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
+
+
+QUICK = CONFTEST.replace('pathlib.Path("started").touch()', 'pathlib.Path(f"calls-{case.id}").touch()').replace(
+    "time.sleep(0.05)", "time.sleep(0.002)")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=lambda s: signal.Signals(s).name)
+def test_sigterm_and_sighup_keep_what_was_measured(tmp_path, signum):
+    """A cancelled CI job (SIGTERM), a closed terminal (SIGHUP): the run stops as after Ctrl-C -- summary,
+    autosave and --benchmark-json with the cases measured, marked partial, no baseline, exit status 2."""
+    proc = _start(tmp_path, "--attn-max-time=0.3", "--benchmark-autosave", "--benchmark-json=out.json",
+                  "--attn-save-baseline", "--attn-baselines-dir=b", conftest=QUICK)
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("calls-*"))) < 3:  # the third case started: two were measured
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.monotonic() < deadline, "the run never got to its third case"
+        time.sleep(0.02)
+    proc.send_signal(signum)
+    out, _ = proc.communicate(timeout=60)
+    name = signal.Signals(signum).name
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, out
+    assert "pytest-attn summary" in out and "tiny-mha" in out, out
+    assert f"KeyboardInterrupt: {name}: the run stops as after Ctrl-C" in out
+    assert f"this run is partial (interrupted ({name}), " in out
+    assert "--attn-save-baseline: nothing saved: the run was interrupted" in out
+    assert not (tmp_path / "b").exists() or not list((tmp_path / "b").rglob("baseline.json"))
+    saved = [json.loads(p.read_text()) for p in [tmp_path / "out.json", *(tmp_path / ".benchmarks").rglob("*.json")]]
+    assert len(saved) == 2, out
+    for run in saved:
+        assert run["attn_partial"]["reason"] == f"interrupted ({name})"
+        assert run["attn_partial"]["cases_measured"] == len(run["benchmarks"]) >= 2
 
 
 def test_a_lock_left_at_interpreter_exit_is_restored_by_atexit(tmp_path):

@@ -3,7 +3,8 @@
 :mod:`.options` declares every ``--attn-*`` option and converts it; :mod:`.session` resolves them once
 at configure and holds every stash key; :mod:`.bench` collects cases, provides the fixtures and hands
 each result record to pytest-benchmark; :mod:`.fuzz` wires the Hypothesis suite; :mod:`.gate` wires
-baselines, verdicts and reports; :mod:`.hookspecs` declares the hook for bringing your own back end.
+baselines, verdicts and reports; :mod:`.history` marks runs cut short; :mod:`.signals` makes SIGTERM and
+SIGHUP stop a run as Ctrl-C does; :mod:`.hookspecs` declares the hook for bringing your own back end.
 The layers below (core, oracle, backends, engine, fuzz, verdicts) know nothing of pytest; a new option
 or hook goes here. Loading the plugin imports no torch, no Hypothesis and touches no GPU.
 """
@@ -12,9 +13,10 @@ from __future__ import annotations
 
 from .session import attn_cases, attn_session, fuzz_targets, prepare_attention_run
 
-# each before the modules that import it (bench imports workers): a plugin module pytest finds already
+# each before the modules that import it (bench imports workers and signals): a plugin module pytest finds already
 # imported cannot have its asserts rewritten, and pytest warns so in every session
 pytest_plugins = [
+    "pytest_attn.plugin.signals",
     "pytest_attn.plugin.workers",
     "pytest_attn.plugin.bench",
     "pytest_attn.plugin.fuzz",

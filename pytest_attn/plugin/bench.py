@@ -45,6 +45,7 @@ from .session import (
     case_of_item,
     prepare_attention_run,
 )
+from .signals import guard_signals
 from .workers import (
     RECORD_PROPERTY,
     SKIP_PROPERTY,
@@ -94,6 +95,7 @@ def _lock_clocks(config: pytest.Config, session: AttnSession) -> None:
     def warn(message: str) -> None:
         config.issue_config_time_warning(pytest.PytestWarning(message), stacklevel=2)
 
+    guard_signals(config)  # first: the clocks' guard restores them, then hands SIGTERM/SIGHUP to this one
     locker = clocks.ClockLocker(clocks.CONTROL_FACTORY(), request, warn)
     try:
         session.clock_lock = locker.acquire()

@@ -132,7 +132,8 @@ def _gate_one(config: pytest.Config, attn: AttnSession, fp: Fingerprint, records
     assert base is not None
     outcome = gate(records, base, name, fp, options.thresholds, options.fail_on, named=options.baseline != "auto")
     lines += outcome.lines
-    _reports(attn, records, outcome, name, lines)
+    if not _reports(attn, records, outcome, name, lines):
+        return "error"
     return outcome.status
 
 
@@ -163,18 +164,26 @@ def _save(session: pytest.Session, attn: AttnSession, fp: Fingerprint, records: 
         return [f"error: {flag}: {exc}"]
 
 
-def _reports(attn: AttnSession, records: list[Record], outcome: Outcome, name: str, lines: list[str]) -> None:
-    """``--attn-report`` files and the job summary, when a baseline was compared."""
+def _reports(attn: AttnSession, records: list[Record], outcome: Outcome, name: str, lines: list[str]) -> bool:
+    """``--attn-report`` files and the job summary, when a baseline was compared; False when one could not
+    be written (each file is whole or absent: see :mod:`pytest_attn.core.files`)."""
     if not outcome.comparisons and outcome.status == "error":
-        return
+        return True
     fail_on = attn.gate.fail_on
-    if attn.gate.report is not None:
-        for written in write_reports(attn.gate.report, outcome.comparisons, name, records, outcome.notes, fail_on):
-            lines.append(f"  {written}")
-    summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary_file:
-        with open(summary_file, "a") as fh:
-            fh.write(markdown(outcome.comparisons, name, outcome.notes, fail_on))
+    try:
+        if attn.gate.report is not None:
+            for written in write_reports(attn.gate.report, outcome.comparisons, name, records, outcome.notes,
+                                         fail_on):
+                lines.append(f"  {written}")
+        summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
+        if summary_file:
+            with open(summary_file, "a") as fh:
+                fh.write(markdown(outcome.comparisons, name, outcome.notes, fail_on))
+    except OSError as exc:
+        lines.append(f"error: writing the report failed: {exc.strerror or exc} ({exc.filename or 'a report file'});"
+                     " the verdicts above stand. Free space there (or give --attn-report another folder) and rerun")
+        return False
+    return True
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

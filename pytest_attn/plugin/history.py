@@ -11,13 +11,15 @@ and the summary says which run was skipped and why. Comparing with a partial run
 
 from __future__ import annotations
 
+import json
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ..verdicts.runs import partial_note
-from .session import ATTN_SESSION, attn_session
+from .session import ATTN_SESSION, SIGNAL_GUARD, attn_session
 
 PARTIAL = pytest.StashKey[dict[str, Any]]()
 HISTORY_NOTES = pytest.StashKey["list[str]"]()
@@ -28,7 +30,8 @@ def _partial(session: pytest.Session, exitstatus: int | pytest.ExitCode) -> dict
     if attn is None or not attn.active:
         return None
     if exitstatus == pytest.ExitCode.INTERRUPTED:
-        reason = "interrupted (Ctrl-C or a signal)"
+        guard = session.config.stash.get(SIGNAL_GUARD, None)
+        reason = f"interrupted ({guard.received if guard is not None and guard.received else 'Ctrl-C or a signal'})"
     elif session.shouldstop or session.shouldfail:
         reason = f"stopped early ({session.shouldstop or session.shouldfail})"
     else:
@@ -74,9 +77,64 @@ def _saved_runs(config: pytest.Config) -> list[tuple[Path, dict[str, Any]]]:
         return []
 
 
+class SavingGuard:
+    """pytest-benchmark writes ``--benchmark-json`` and its saved runs in place, at the end of the session:
+    a full disk leaves them cut short (invalid JSON) and a raw OSError that loses the summary. Registered at
+    configure -- inside pytest's terminal reporter, outside pytest-benchmark's save -- this catches the
+    error, removes each file the failed write cut short, and ends the run with exit status 4 and a message
+    naming the file and the fix, after the summary. Files that are whole are left as they are."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def _targets(self) -> set[Path]:
+        """The files pytest-benchmark may write: the ``--benchmark-json`` file and the runs in file storage."""
+        found = set()
+        json_path = self.config.getoption("benchmark_json", None)
+        if json_path:
+            found.add(Path(str(json_path)))
+        storage = str(self.config.getoption("benchmark_storage", "") or "")
+        if storage.startswith("file://") and Path(storage[7:]).is_dir():
+            found.update(Path(storage[7:]).rglob("*.json"))
+        return found
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> Generator[None, None, None]:
+        before = {p: p.stat().st_mtime_ns for p in self._targets() if p.is_file()}
+        try:
+            return (yield)
+        except OSError as exc:
+            attn = self.config.stash.get(ATTN_SESSION, None)
+            if attn is None or not attn.active:  # not an attention run: pytest-benchmark's error as it was
+                raise
+            removed = [p for p in sorted(self._targets()) if p.is_file() and before.get(p) != p.stat().st_mtime_ns
+                       and not _whole_json(p)]
+            for path in removed:
+                path.unlink(missing_ok=True)
+            gone = f"; {', '.join(map(str, removed))} cut short and removed (no truncated JSON left)" if removed else ""
+            self.config.stash.setdefault(HISTORY_NOTES, []).append(
+                f"error: saving the run failed: {exc.strerror or exc} ({exc.filename or 'a file being written'}){gone}."
+                " The results above were measured; what the end of the session had left to do (saving, the gate)"
+                " did not run. Free space there (or point --benchmark-json / --benchmark-storage elsewhere) and rerun")
+            if session.exitstatus != pytest.ExitCode.INTERRUPTED:
+                session.exitstatus = pytest.ExitCode.USAGE_ERROR
+            return None
+
+
+def _whole_json(path: Path) -> bool:
+    try:
+        json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """After the suites' conftest set the storage (tryfirst), before pytest-benchmark loads the run to
-    compare with (trylast): a bare ``--benchmark-compare`` means the newest *complete* run."""
+    compare with (trylast): a bare ``--benchmark-compare`` means the newest *complete* run. And the
+    :class:`SavingGuard` of an attention session."""
+    if config.stash.get(ATTN_SESSION, None) is not None and not config.pluginmanager.has_plugin("pytest-attn-saving"):
+        config.pluginmanager.register(SavingGuard(config), "pytest-attn-saving")
     compare = config.getoption("benchmark_compare", None)
     if config.stash.get(ATTN_SESSION, None) is None or not compare:
         return
@@ -97,7 +155,9 @@ def pytest_configure(config: pytest.Config) -> None:
                 notes.append(f"--benchmark-compare={compare}: {path.stem} is a partial run ({partial_note(data)})")
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Last: a failed save is the last thing the run says."""
     notes = config.stash.get(HISTORY_NOTES, [])
     partial = config.stash.get(PARTIAL, None)
     if partial is not None and config.stash.get(ATTN_SESSION, None) is not None and attn_session(config).records:

@@ -15,13 +15,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock, Timeout
 
+from ..core.files import write_atomic
 from ..core.record import Record, is_record
 from ..core.stats import median
 from .fingerprint import Fingerprint, differences
@@ -184,27 +183,15 @@ def _may_replace(path: Path, fingerprint: Fingerprint, force: bool) -> str:
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=".baseline-", suffix=".json", dir=path.parent)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would keep others on a CI host from reading it
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True, allow_nan=False)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        text = json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n"
     except ValueError as exc:  # a NaN or infinity json cannot write as a number
-        Path(tmp).unlink(missing_ok=True)
         raise BaselineError(f"the run holds a number JSON cannot store ({exc}); nothing saved") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+    try:
+        write_atomic(path, text)
+    except OSError as exc:
+        raise BaselineError(f"cannot write {path} ({exc.strerror or exc}); the baseline there is as it was."
+                            " Free space (or give --attn-baselines-dir a folder with room) and rerun") from None
 
 
 def add_repeat(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any], int]:

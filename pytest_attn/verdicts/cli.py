@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..core.files import write_atomic
 from .baseline import BaselineError, baseline_path, load_baseline
 from .gate import DEFAULT_THRESHOLD, Thresholds, parse_fail_on, parse_fraction, parse_override
 from .gating import by_device, gate
@@ -64,7 +65,7 @@ def merge(args: argparse.Namespace, out: list[str]) -> int:
     out.extend(time_lines(found) + render(found, devices[0], (), args.speedup_vs))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(merged, indent=2, sort_keys=True))
+        write_atomic(args.json, json.dumps(merged, indent=2, sort_keys=True))
         out.append(f"wrote {args.json}")
     status = OK
     thresholds = Thresholds.build(args.threshold, args.threshold_for)

@@ -8,6 +8,7 @@ import io
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..core.files import write_atomic
 from ..core.record import Record
 from .gate import Comparison
 from .plots import write_plots
@@ -107,7 +108,7 @@ def write_reports(folder: Path, comparisons: Sequence[Comparison], baseline: str
     """Write summary.md, results.csv and the plots of ``records`` into ``folder``; returns a line per
     file ("wrote PATH") or plot not drawn (why)."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "summary.md").write_text(markdown(comparisons, baseline, notes, fail_on))
-    (folder / "results.csv").write_text(csv_text(comparisons))
+    write_atomic(folder / "summary.md", markdown(comparisons, baseline, notes, fail_on))
+    write_atomic(folder / "results.csv", csv_text(comparisons))
     written = [str(folder / "summary.md"), str(folder / "results.csv"), *write_plots(folder, records)]
     return [w if " skipped" in w else f"wrote {w}" for w in written]

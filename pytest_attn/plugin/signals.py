@@ -1,0 +1,86 @@
+"""SIGTERM and SIGHUP end an attention run the way Ctrl-C does.
+
+A CI job cancelled (SIGTERM) or a closed terminal (SIGHUP) would otherwise end the process at once: no
+summary, no autosave, no ``--benchmark-json``, every case already measured lost. In an attention run the
+two signals raise :class:`KeyboardInterrupt` instead, from the measuring loop on: pytest then finishes
+as after Ctrl-C -- the summary is printed, what pytest-benchmark saves is marked partial
+(:mod:`.history`), no baseline is saved (:mod:`.gate`), clocks are restored, exit status 2. A second
+signal of either kind ends the process by the signal's default action (a parent that insists gets its
+way). A signal that was ignored when the run started (``nohup``) or has a handler of someone else's is
+left alone, and so is every session where no attention case runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from typing import Any
+
+import pytest
+
+from .session import ATTN_SESSION, SIGNAL_GUARD, case_of_item
+
+AS_INTERRUPT = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+class SignalsAsInterrupt:
+    """Turns :data:`AS_INTERRUPT` into :class:`KeyboardInterrupt` while installed; records which came."""
+
+    def __init__(self) -> None:
+        self.installed: dict[int, Any] = {}  # signal -> the handler it had
+        self.received: str | None = None
+
+    def install(self) -> None:
+        for signum in AS_INTERRUPT:
+            if signal.getsignal(signum) != signal.SIG_DFL:  # ignored (nohup) or handled by someone else
+                continue
+            try:
+                self.installed[signum] = signal.signal(signum, self.on_signal)
+            except ValueError:  # not the main thread: nothing to do there
+                return
+
+    def uninstall(self) -> None:
+        while self.installed:
+            signum, previous = self.installed.popitem()
+            with contextlib.suppress(ValueError, TypeError):
+                if signal.getsignal(signum) == self.on_signal:
+                    signal.signal(signum, previous)
+
+    def on_signal(self, signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if self.received is not None:  # the second one: end as the signal ends a process
+            self.uninstall()
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
+            return
+        self.received = name
+        raise KeyboardInterrupt(f"{name}: the run stops as after Ctrl-C (what was measured is kept, marked"
+                                " partial); send it again to end the process at once")
+
+
+def _attention_run(session: pytest.Session) -> bool:
+    attn = session.config.stash.get(ATTN_SESSION, None)
+    if attn is None:
+        return False
+    return attn.active or any(case_of_item(item) is not None for item in session.items)
+
+
+def guard_signals(config: pytest.Config) -> None:
+    """Install the guard once per session (before clocks are locked: their guard hands over to this one)."""
+    if config.stash.get(SIGNAL_GUARD, None) is None:
+        guard = config.stash[SIGNAL_GUARD] = SignalsAsInterrupt()
+        guard.install()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtestloop(session: pytest.Session) -> Any:
+    """From the first case on (collection is cheap to lose), until the session is unconfigured."""
+    if _attention_run(session):
+        guard_signals(session.config)
+    yield
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    guard = config.stash.get(SIGNAL_GUARD, None)
+    if guard is not None:
+        guard.uninstall()
