@@ -55,7 +55,7 @@ class Steady:
         rng = random.Random(case.id)
         q, k, v = inputs.q, inputs.k, inputs.v
         causal = case.mask.kind == "causal" and case.seqlens_q == case.seqlens_k  # one query sees every key
-        base = 1e-3 * (1 + case.total_q / 1000)
+        base = 1e-3 * (1 + case.total_q / 1000) * float(os.environ.get("TIMES_SLOWER", "1"))
 
         def forward():
             timers.CPU_CLOCK.advance(base * (1 + rng.gauss(0, 0.002)))
@@ -167,6 +167,36 @@ def test_without_repeats_the_cpu_noise_is_assumed_and_five_percent_is_not_called
     assert slower.ret == pytest.ExitCode.OK
     assert run("--attn-inject-slowdown=5%", "--attn-fail-on=slower,ambiguous").ret == pytest.ExitCode.TESTS_FAILED
     assert run("--attn-inject-slowdown=50%").ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_an_outlier_repeat_is_refused_when_added_and_cannot_blind_the_gate(run, pytester, monkeypatch):
+    count = _baseline(run, pytester, repeats=2)
+    monkeypatch.setenv("TIMES_SLOWER", "100")  # one run on a machine gone wrong: every case 100x
+    odd = run("--attn-add-to-baseline")
+    assert odd.ret == pytest.ExitCode.OK
+    odd.stdout.fnmatch_lines([f"*(a repeat added to 0 cases); refused for {count} case(s): their median here is more"
+                              " than 2x off the stored repeats'*",
+                              "  test_*steady-tiny*: 1*ms, 100x the stored repeats' median 1.*ms"])
+    monkeypatch.delenv("TIMES_SLOWER")
+    stored = json.loads((pytester.path / "b" / KEY / "baseline.json").read_text())["benchmarks"]
+    assert all(len(b["extra_info"]["timing"]["repeats_s"]) == 2 for b in stored)  # as they were
+    slower = run("--attn-inject-slowdown=300%")
+    assert slower.ret == pytest.ExitCode.TESTS_FAILED
+    slower.stdout.fnmatch_lines([f"against */b/{KEY}/baseline.json: {count} SLOWER"])
+
+
+def test_a_stored_outlier_repeat_is_left_out_of_the_noise(run, pytester):
+    """A baseline that holds one 100x repeat already (added by an older version, or by hand): still gated."""
+    count = _baseline(run, pytester, repeats=3)
+    path = pytester.path / "b" / KEY / "baseline.json"
+    data = json.loads(path.read_text())
+    first = data["benchmarks"][0]["extra_info"]["timing"]
+    first["repeats_s"] = [*first["repeats_s"][:2], first["repeats_s"][2] * 100]
+    path.write_text(json.dumps(data))
+    slower = run("--attn-inject-slowdown=300%")
+    assert slower.ret == pytest.ExitCode.TESTS_FAILED
+    slower.stdout.fnmatch_lines([f"against */b/{KEY}/baseline.json: {count} SLOWER"])
+    assert run().ret == pytest.ExitCode.OK
 
 
 def test_missing_cases_fail_when_asked_and_a_run_matching_nothing_fails_when_the_baseline_is_named(run, pytester):

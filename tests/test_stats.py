@@ -41,3 +41,13 @@ def test_drift_is_the_fitted_change_over_the_run():
     assert relative_drift([1.0, None, 1.0, 1.0]) is None  # too few known points
     assert relative_spread([1.0]) is None and relative_spread([1.0, 1.0]) == 0.0
     assert relative_spread([0.9, 1.1]) == pytest.approx(0.1414, abs=1e-4)
+
+
+def test_an_outlier_repeat_is_dropped_only_where_three_or_more_can_say_which():
+    from pytest_attn.core.stats import times_off, without_outliers
+
+    assert without_outliers([1.0, 1.02, 100.0]) == ([1.0, 1.02], [100.0])
+    assert without_outliers([1.0, 1.02, 0.01]) == ([1.0, 1.02], [0.01])
+    assert without_outliers([1.0, 1.3, 1.9]) == ([1.0, 1.3, 1.9], [])  # 1.9 / 1.3 = 1.46: noise, kept
+    assert without_outliers([1.0, 100.0]) == ([1.0, 100.0], [])  # two cannot say which one is odd
+    assert times_off(2.0, 1.0) == times_off(0.5, 1.0) == 2.0

@@ -60,6 +60,27 @@ def relative_drift(values: Sequence[float | None]) -> float | None:
     return slope * (points[-1][0] - points[0][0]) / mid if mid > 0 else None
 
 
+OUTLIER_FACTOR = 2.0  # a repeat this many times off the others' median (either way) is an outlier
+
+
+def times_off(value: float, reference: float) -> float:
+    """How many times ``value`` is off ``reference``, either way (2.0: twice or half); both positive."""
+    return max(value / reference, reference / value)
+
+
+def without_outliers(values: Sequence[float]) -> tuple[list[float], list[float]]:
+    """(kept, dropped): with three values or more, those more than :data:`OUTLIER_FACTOR` times off the
+    median of all are dropped -- one odd run (a busy machine, a throttled GPU) must not set a case's
+    noise; with fewer, all are kept (two values cannot say which one is odd)."""
+    if len(values) < 3:
+        return list(values), []
+    mid = median(values)
+    if mid <= 0:
+        return list(values), []
+    kept = [v for v in values if v > 0 and times_off(v, mid) <= OUTLIER_FACTOR]
+    return kept, [v for v in values if v not in kept]
+
+
 def relative_spread(values: Sequence[float]) -> float | None:
     """Sample standard deviation over the mean (None with fewer than 2 values): the spread of a case's
     medians over independent repeats."""

@@ -22,7 +22,7 @@ from filelock import FileLock, Timeout
 
 from ..core.files import write_atomic
 from ..core.record import Record, is_record
-from ..core.stats import median
+from ..core.stats import OUTLIER_FACTOR, median, times_off
 from .fingerprint import Fingerprint, differences
 
 FILE_NAME = "baseline.json"
@@ -152,8 +152,8 @@ def save_baseline(path: Path, run: dict[str, Any], fingerprint: Fingerprint, *, 
                     raise BaselineError(f"no baseline at {path} to add a repeat to; record one first with"
                                         " --attn-save-baseline")
                 _may_replace(path, fingerprint, force=False)
-                data, added = add_repeat(load_baseline(path), data)
-                note = f" (a repeat added to {added} cases)"
+                data, added, refused = add_repeat(load_baseline(path), data)
+                note = f" (a repeat added to {added} cases){_refused_note(refused)}"
             else:
                 note = _may_replace(path, fingerprint, force)
             _write(path, data)
@@ -194,13 +194,16 @@ def _write(path: Path, data: dict[str, Any]) -> None:
                             " Free space (or give --attn-baselines-dir a folder with room) and rerun") from None
 
 
-def add_repeat(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any], int]:
+def add_repeat(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any], int, list[str]]:
     """``new`` (a run) added to the stored baseline ``old`` as one more independent repeat: each case in
     both keeps the median of every repeat (``timing.repeats_s`` of its record) and its SM clock
     (``clocks.repeats_sm_clock_mhz``, where every repeat recorded one) and is gated on their median;
-    cases only in ``old`` stay as they were. Returns the merged run and how many cases gained a repeat."""
+    cases only in ``old`` stay as they were. A case whose new median is more than
+    :data:`~pytest_attn.core.stats.OUTLIER_FACTOR` times off its stored repeats' median is not added to:
+    it stays as stored, and is named in the third item returned (with both medians). Returns the merged
+    run, how many cases gained a repeat, and those refused."""
     stored = {(b.get("fullname") or b.get("name")): b for b in old["benchmarks"]}
-    merged, added = [], 0
+    merged, added, refused = [], 0, []
     for bench in new["benchmarks"]:
         name = bench.get("fullname") or bench.get("name")
         info = bench.get("extra_info")
@@ -210,6 +213,12 @@ def add_repeat(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any]
             continue
         record = Record.from_json(info)
         stored_repeats, stored_clocks = _stored_repeats(before)
+        reference = median(stored_repeats)
+        if times_off(record.median_s, reference) > OUTLIER_FACTOR:
+            refused.append(f"{name}: {record.median_s * 1e3:.4g} ms, {_how_far(record.median_s, reference)} the stored"
+                           f" repeats' median {reference * 1e3:.4g} ms")
+            merged.append(before)
+            continue
         repeats = (*stored_repeats, record.median_s)
         clocks = _all_known((*stored_clocks, record.clocks.sm_clock_mhz), len(repeats))
         record = dataclasses.replace(record, timing=dataclasses.replace(record.timing, repeats_s=repeats),
@@ -217,7 +226,23 @@ def add_repeat(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any]
         merged.append({**bench, "extra_info": record.to_json(), "stats": {**bench["stats"], "median": median(repeats)}})
         added += 1
     merged.extend(stored.values())
-    return {**new, "benchmarks": merged}, added
+    return {**new, "benchmarks": merged}, added, refused
+
+
+def _how_far(value: float, reference: float) -> str:
+    return f"{value / reference:.3g}x" if value > reference else f"1/{reference / value:.3g} of"
+
+
+def _refused_note(refused: list[str], shown: int = 10) -> str:
+    """The cases :func:`add_repeat` did not add to, for the saving line."""
+    if not refused:
+        return ""
+    more = [f"  ... and {len(refused) - shown} more"] if len(refused) > shown else []
+    return "\n".join([
+        f"; refused for {len(refused)} case(s): their median here is more than {OUTLIER_FACTOR:g}x off the stored"
+        " repeats' (a busy machine, another build, a throttled GPU?). They keep their stored repeats. Rerun"
+        " --attn-add-to-baseline; if this run is right and the stored one odd, record anew with --attn-save-baseline:",
+        *(f"  {line}" for line in refused[:shown]), *more])
 
 
 def _all_known(clocks: tuple[float | None, ...], repeats: int) -> tuple[float, ...]:

@@ -13,6 +13,8 @@ baseline) and MISSING (in the baseline, not in this run).
   +3.2 %). On a CPU the largest spread of any case stands for every case (:class:`Noise`, ``worst``): on
   the 2-core CI VM clean reruns of the CPU profile moved cases whose own three repeats agreed by +40 to
   +67 %; pooled by the median (10 %), four of five reruns had 3-10 SLOWER; by the largest (26 %), none.
+  A repeat more than twice or under half the median of a case's three or more is left out of its spread
+  (:func:`repeat_spread`): with one 100x repeat in one case, a 300 % slowdown was AMBIGUOUS everywhere.
 
 A side's noise is ``sqrt(within^2 + between^2 / K)`` (K repeats averaged), the change's noise
 ``sigma = sqrt(base^2 + current^2)``, and with the threshold ``t`` (default 5 %) and ``Z`` = 3:
@@ -48,7 +50,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ..core.percent import parse_percent
-from ..core.stats import Z95, median, relative_spread
+from ..core.stats import Z95, median, relative_spread, without_outliers
 from .runs import Bench
 
 VERDICTS = ("SLOWER", "CLOCK", "AMBIGUOUS", "FASTER", "SAME", "NEW", "MISSING")
@@ -123,13 +125,13 @@ class Noise:
     @classmethod
     def of(cls, base: Mapping[str, Bench], cur: Mapping[str, Bench], cpu: bool = False) -> Noise:
         """The noise of two runs on a GPU, or with ``cpu`` on a CPU (its assumed noise, the worst case)."""
-        spreads = [s for b in (*base.values(), *cur.values()) if (s := relative_spread(b.repeats_s)) is not None]
+        spreads = [s for b in (*base.values(), *cur.values()) if (s := repeat_spread(b)) is not None]
         pooled = (max if cpu else median)(spreads) if spreads else None
         return cls(pooled, ASSUMED_CPU_RUN_NOISE if cpu else ASSUMED_RUN_NOISE, cpu)
 
     def between(self, b: Bench, c: Bench) -> float:
         """The between-run noise of one run of this case."""
-        own = [s for x in (b, c) if (s := relative_spread(x.repeats_s)) is not None]
+        own = [s for x in (b, c) if (s := repeat_spread(x)) is not None]
         if self.pooled is None and not own:
             return self.assumed
         return max([FLOOR, *own, *([self.pooled] if self.pooled is not None else [])])
@@ -142,6 +144,12 @@ class Noise:
             return (f"between-run noise measured from repeats: the largest of any case, {self.pooled:.2%} per run,"
                     " taken for every case (on a CPU a jump between runs can hit any case)")
         return f"between-run noise measured from repeats: median {self.pooled:.2%} per run (floor {FLOOR:.2%})"
+
+
+def repeat_spread(bench: Bench) -> float | None:
+    """The spread of a case's repeats, an outlier repeat left out (:func:`~pytest_attn.core.stats.without_outliers`):
+    one odd run of three must not make every case AMBIGUOUS (on a CPU the largest spread is every case's)."""
+    return relative_spread(without_outliers(bench.repeats_s)[0])
 
 
 def side_sigma(bench: Bench, between: float) -> float:
