@@ -286,7 +286,7 @@ class _FullDisk:
     """A file on a disk with 4 KiB left: the first 4 KiB land, then ENOSPC (the file is left cut short)."""
 
     def __init__(self, path, mode="wb"):
-        self.path, self.fh, self.room = str(path), open(path, mode), 4096
+        self.path, self.fh, self.room = str(path), open(path, mode), 4096  # noqa: SIM115 (closed by __exit__)
 
     def write(self, data):
         self.fh.write(data[: self.room])

@@ -120,6 +120,11 @@ def test_two_workers_give_the_same_benchmarks_and_rows_as_one_process(pytester):
              for i in (1, 2)]
     assert not names[0] & names[1]
     assert names[0] | names[1] == {b["fullname"] for b in first["benchmarks"]}, [s.stdout.str() for s in shards]
+    marks = [json.loads((pytester.path / f"s{i}.json").read_text())["attn_shard"] for i in (1, 2)]
+    assert [(m["index"], m["count"]) for m in marks] == [(1, 2), (2, 2)]
+    assert marks[0]["selection"] == marks[1]["selection"]
+    under_xdist = pytester.runpytest_subprocess(*ARGS, "-n", "2", "--attn-shard=2/2", "--benchmark-json=x2.json")
+    assert json.loads((pytester.path / "x2.json").read_text())["attn_shard"] == marks[1], under_xdist.stdout.str()
     from pytest_attn.verdicts.cli import main
 
     merged = pytester.path / "merged.json"
@@ -186,12 +191,42 @@ def test_a_worker_hands_its_records_to_the_controller():
     assert session.records == [r] and session.skips == ["no CUDA device"]
 
 
-def _shard_file(path, records):
+def _shard_file(path, records, shard=None):
     """A shard's JSON as the plugin writes it: each benchmark's extra_info is its record."""
-    path.write_text(json.dumps({"machine_info": {}, "benchmarks": [
+    path.write_text(json.dumps({"machine_info": {}, **({"attn_shard": shard} if shard else {}), "benchmarks": [
         {"fullname": r.name, "name": r.name, "group": r.case.group, "stats": {"median": r.median_s},
          "extra_info": r.to_json()} for r in records]}))
     return str(path)
+
+
+def test_a_merge_of_one_shard_of_two_fails_naming_the_missing_one_unless_allowed(tmp_path, capsys):
+    from factories import record
+
+    from pytest_attn.plugin.workers import shard_mark
+    from pytest_attn.verdicts.cli import main
+
+    problems = ["gpt2", "llama"]
+    a = _shard_file(tmp_path / "s1.json", [record("flash-attn", 1e-3, test="t.py::test[fa]")],
+                    shard_mark(1, 2, problems))
+    assert main(["merge", a, "--baseline", "off"]) == 4
+    out = capsys.readouterr().out
+    assert f"pytest-attn merge: shard 2/2 is missing (have: {a} is 1/2). Merge every shard of one run" in out
+    assert "--allow-partial" in out and "results" not in out
+    merged = tmp_path / "m.json"
+    assert main(["merge", a, "--baseline", "off", "--allow-partial", "--json", str(merged)]) == 0
+    out = capsys.readouterr().out
+    assert f"--allow-partial: merged anyway, marked partial: shard 2/2 is missing (have: {a} is 1/2)" in out
+    assert json.loads(merged.read_text())["attn_partial"]["reason"].startswith("merged with --allow-partial: shard 2/2")
+    b = _shard_file(tmp_path / "s2.json", [record("sdpa-cudnn", 2e-3, test="t.py::test[cudnn]")],
+                    shard_mark(2, 2, problems))
+    assert main(["merge", a, b, "--baseline", "off"]) == 0
+    other = _shard_file(tmp_path / "o2.json", [record("sdpa-cudnn", 2e-3, test="t.py::test[cudnn]")],
+                        shard_mark(2, 2, [*problems, "qwen"]))  # shard 2 of another selection
+    assert main(["merge", a, other, "--baseline", "off"]) == 4
+    assert "the shards are of different runs" in capsys.readouterr().out
+    plain = _shard_file(tmp_path / "p.json", [record("sdpa-cudnn", 2e-3, test="t.py::test[cudnn]")])
+    assert main(["merge", a, plain, "--baseline", "off"]) == 4
+    assert f"{plain} is not a shard (run without --attn-shard)" in capsys.readouterr().out
 
 
 def test_the_merge_command_reports_without_a_baseline_and_refuses_a_missing_one(tmp_path, capsys):

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from ..verdicts.runs import partial_note
-from .session import ATTN_SESSION, SIGNAL_GUARD, attn_session
+from .session import ATTN_SESSION, SHARD, SIGNAL_GUARD, attn_session
 
 PARTIAL = pytest.StashKey[dict[str, Any]]()
 HISTORY_NOTES = pytest.StashKey["list[str]"]()
@@ -54,6 +54,9 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: Any, output_
     partial = config.stash.get(PARTIAL, None)
     if partial is not None:
         output_json["attn_partial"] = partial
+    shard = config.stash.get(SHARD, None)
+    if shard is not None:
+        output_json["attn_shard"] = shard
 
 
 class _Quiet:

@@ -209,6 +209,7 @@ FUZZER = pytest.StashKey[Any]()  # the session's pytest_attn.fuzz.fuzzer.Fuzzer,
 FUZZ_PROFILE = pytest.StashKey[str]()  # the Hypothesis profile the fuzz tests run under
 GATE_LINES = pytest.StashKey["list[str]"]()
 PINNED = pytest.StashKey[tuple[int, str]]()  # a pytest-xdist worker: (its GPU's place among the run's, UUID)
+SHARD = pytest.StashKey[dict[str, Any]]()  # --attn-shard: what the run's JSON records (workers.shard_mark)
 SIGNAL_GUARD = pytest.StashKey[Any]()  # .signals.SignalsAsInterrupt, while the cases run
 CPU_THREADS = pytest.StashKey[str]()  # what torch's CPU thread count was set to, and why (for the summary)
 

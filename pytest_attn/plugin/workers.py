@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -27,7 +28,7 @@ import pytest
 from ..core.record import Record
 from ..engine.nvml import visible_devices
 from .options import given
-from .session import ATTN_SESSION, PINNED, attn_session, case_of_item, prepare_attention_run
+from .session import ATTN_SESSION, PINNED, SHARD, attn_session, case_of_item, prepare_attention_run
 
 GPUS_KEY = "pytest_attn_gpus"  # in each worker's workerinput: the UUIDs of the GPUs, in order
 RECORD_PROPERTY = "pytest_attn_record"
@@ -149,12 +150,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     index, count = shard
     groups = sorted({case.group for _, case in cases if case is not None})
+    config.stash[SHARD] = shard_mark(index, count, groups)
     mine = {g for i, g in enumerate(groups) if i % count == index - 1}
     keep = [item for item, case in cases if (case.group in mine if case is not None else index == 1)]
     dropped = [item for item in items if item not in keep]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+
+
+def shard_mark(index: int, count: int, groups: Sequence[str]) -> dict[str, Any]:
+    """What a shard's JSON records (``attn_shard``): which share it is, of how many, and of which selection
+    (a digest of every problem the selection held before sharding), so a merge can tell a missing or a
+    foreign shard. Pure."""
+    digest = hashlib.sha256("\n".join(groups).encode()).hexdigest()[:12]
+    return {"index": index, "count": count, "problems": len(groups), "selection": digest}
 
 
 def record_name(nodeid: str, config: pytest.Config) -> str:
@@ -203,7 +213,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if pinned is not None:
         where += f" on GPU {pinned[0]} ({device.name if device else '?'}, {pinned[1]})"
     config.workeroutput[OUTPUT_KEY] = {  # type: ignore[attr-defined]
-        "where": where, "lines": [*attn.ceilings.lines(), *attn.compiled.lines()], "notes": list(attn.notes)}
+        "where": where, "lines": [*attn.ceilings.lines(), *attn.compiled.lines()], "notes": list(attn.notes),
+        "shard": config.stash.get(SHARD, None)}
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -213,3 +224,5 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
     if attn is None or not output:
         return
     attn.notes.extend(f"{output['where']}: {line}" for line in output["lines"] + output["notes"])
+    if output.get("shard"):  # the workers collected (and sharded); the controller writes the JSON
+        node.config.stash[SHARD] = output["shard"]

@@ -19,7 +19,7 @@ from ..core.files import write_atomic
 from .baseline import BaselineError, baseline_path, load_baseline
 from .gate import DEFAULT_THRESHOLD, Thresholds, parse_fail_on, parse_fraction, parse_override
 from .gating import by_device, gate
-from .merge import MergeError, merge_runs
+from .merge import MergeError, merge_runs, shard_problems
 from .reports import write_reports
 from .runs import records
 from .table import render, time_lines
@@ -42,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     merge.add_argument("--threshold-for", type=parse_override, action="append", default=[], metavar="KIND:NAME=PCT")
     merge.add_argument("--fail-on", type=parse_fail_on, default=("SLOWER",), metavar="LIST")
     merge.add_argument("--speedup-vs", default="sdpa-math", metavar="BACKEND")
+    merge.add_argument("--allow-partial", action="store_true",
+                       help="merge shards that are not the whole run (one missing, or of another run); the merged"
+                            " run is marked partial")
     return parser
 
 
@@ -56,7 +59,18 @@ def _read(paths: Sequence[Path]) -> list[tuple[str, dict]]:
 
 
 def merge(args: argparse.Namespace, out: list[str]) -> int:
-    merged = merge_runs(_read(args.files))
+    runs = _read(args.files)
+    problems = shard_problems(runs)
+    if problems and not args.allow_partial:
+        raise MergeError("; ".join(problems) + ". Merge every shard of one run (a missing one: did its job fail"
+                         " or its upload?), or pass --allow-partial to merge these anyway, marked partial")
+    merged = merge_runs(runs)
+    if problems:
+        out.append(f"--allow-partial: merged anyway, marked partial: {'; '.join(problems)}")
+        earlier = (merged.get("attn_partial") or {}).get("reason")
+        reason = f"merged with --allow-partial: {'; '.join(problems)}" + (f"; {earlier}" if earlier else "")
+        merged["attn_partial"] = {"reason": reason,
+                                  "cases_measured": len(merged["benchmarks"]), "cases_selected": None}
     found = records(merged)
     if not found:
         raise MergeError("the files hold no pytest-attn result records (runs of pytest-attn 0.1 or newer)")

@@ -49,6 +49,31 @@ def merge_runs(runs: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     return merged
 
 
+def shard_problems(runs: Sequence[tuple[str, dict[str, Any]]]) -> list[str]:
+    """Why ``runs`` are not one whole sharded run, or [] (they are: every shard ``I/N`` of one selection,
+    once; or runs that are not shards at all). Each problem names the files and the shard. Pure."""
+    marks = {name: run.get("attn_shard") for name, run in runs}
+    if not any(marks.values()):
+        return []
+    problems = [f"{name} is not a shard (run without --attn-shard)" for name, mark in marks.items() if not mark]
+    shards = {name: mark for name, mark in marks.items() if isinstance(mark, dict)}
+    kinds = {(m.get("count"), m.get("selection")) for m in shards.values()}
+    if len(kinds) > 1:
+        problems.append("the shards are of different runs: " + ", ".join(
+            f"{name} is {m.get('index')}/{m.get('count')} of selection {m.get('selection')} ({m.get('problems')}"
+            " problems)" for name, m in shards.items()))
+        return problems
+    count = next(iter(kinds))[0]
+    seen: dict[int, list[str]] = {}
+    for name, mark in shards.items():
+        seen.setdefault(mark.get("index"), []).append(name)
+    problems += [f"shard {i}/{count} is given twice ({', '.join(names)})"
+                 for i, names in seen.items() if len(names) > 1]
+    have = ", ".join(f"{name} is {m.get('index')}/{count}" for name, m in shards.items())
+    problems += [f"shard {i}/{count} is missing (have: {have})" for i in range(1, (count or 0) + 1) if i not in seen]
+    return problems
+
+
 def by_device(run: dict[str, Any]) -> dict[str, dict[str, Bench]]:
     """The run's benchmarks per device model (the gate compares each with its own model's baseline);
     benchmarks without a record go with the run's own device."""
