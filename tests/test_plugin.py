@@ -255,6 +255,21 @@ def test_a_relation_no_example_reached_fails_the_run_by_name(pytester):
                                  "FAILED reach: shy fwd: no decode example ran, though the back end takes it*"])
 
 
+@pytest.mark.slow
+def test_under_xdist_the_fuzz_summary_and_reach_check_come_from_the_workers(pytester):
+    pytester.makeconftest(SHY_CONFTEST)
+    pytester.makepyfile(suite_fuzz=FUZZ_SUITE)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--attn-backends=shy", "-n", "2",
+                                           "suite_fuzz.py")
+    result.assert_outcomes(passed=2)  # fwd and fwd+bwd, one in each worker
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.stdout.fnmatch_lines(["*pytest-attn fuzz*", "*hypothesis profile: ci*",
+                                 "*shy fwd: * ran: self *, decode 0 (* refused)*",
+                                 "*shy fwd+bwd: * ran: self *, decode 0 (* refused)*",
+                                 "FAILED reach: shy fwd: no decode example ran, though the back end takes it*",
+                                 "FAILED reach: shy fwd+bwd: no decode example ran*"])
+
+
 def test_bad_thresholds_stop_at_start_up(pytester):
     pytester.makepyfile(test_suite=SUITE)
     result = pytester.runpytest("--attn-threshold=fast")

@@ -133,6 +133,17 @@ class Reach:
             return ()
         return tuple(r for r in self.relations if not self.ran[r])
 
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON (a pytest-xdist worker hands its reach to the controller this way)."""
+        return {"relations": list(self.relations), "ran": dict(self.ran), "judged": sorted(self.judged),
+                "failed": self.failed, "refused": dict(self.refused), "seconds": self.seconds,
+                "compiled": self.compiled, "compiling_s": self.compiling_s}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Reach:
+        return cls(tuple(data["relations"]), Counter(data["ran"]), set(data["judged"]), bool(data["failed"]),
+                   Counter(data["refused"]), float(data["seconds"]), data["compiled"], float(data["compiling_s"]))
+
     def describe(self) -> str:
         parts = [f"{r} {self.ran[r]}" + (f" ({self.refused[r]} refused)" if self.refused[r] else "")
                  for r in self.relations]

@@ -16,7 +16,17 @@ import pytest
 
 from ..core.device import DeviceInfo
 from .options import given
-from .session import ATTENTION_RUN, FUZZ_PROFILE, FUZZER, VISIBLE_GPUS, attn_session, prepare_attention_run
+from .session import (
+    ATTENTION_RUN,
+    FUZZ_PROFILE,
+    FUZZ_REACH,
+    FUZZER,
+    VISIBLE_GPUS,
+    attn_session,
+    prepare_attention_run,
+)
+
+REACH_OUTPUT = "pytest_attn_fuzz_reach"  # in a worker's workeroutput: [back end, direction, Reach JSON] each
 
 
 def _named_profile(config: pytest.Config) -> str | None:
@@ -110,33 +120,57 @@ def attn_fuzzer(request: pytest.FixtureRequest, attn_device: DeviceInfo) -> Fuzz
     return FuzzCheck(fuzzer)
 
 
-def _unreached(config: pytest.Config) -> list[str]:
+def _reach(config: pytest.Config) -> dict[tuple[str, str], Any]:
+    """Each fuzzed back end and direction's :class:`~pytest_attn.fuzz.fuzzer.Reach`: this process's, and
+    under pytest-xdist the controller's, from its workers."""
     fuzzer = config.stash.get(FUZZER, None)
-    if fuzzer is None:
-        return []
+    return {**config.stash.get(FUZZ_REACH, {}), **(fuzzer.reach if fuzzer is not None else {})}
+
+
+def _unreached(config: pytest.Config) -> list[str]:
     return [f"{name} {direction}: no {', '.join(reach.missing())} example ran, though the back end takes"
             f" {'it' if len(reach.missing()) == 1 else 'them'} ({reach.describe()})"
-            for (name, direction), reach in sorted(fuzzer.reach.items()) if reach.missing()]
+            for (name, direction), reach in sorted(_reach(config).items()) if reach.missing()]
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """A relation of lengths (self, prefix, decode, cross) a back end takes but no example reached fails
-    the run: that back end lost a whole class of shapes without a word otherwise."""
-    if _unreached(session.config) and session.exitstatus == pytest.ExitCode.OK:
+    the run: that back end lost a whole class of shapes without a word otherwise. A pytest-xdist worker
+    hands its reach to the controller instead, which judges them all."""
+    config = session.config
+    if hasattr(config, "workeroutput"):
+        fuzzer = config.stash.get(FUZZER, None)
+        if fuzzer is not None:
+            config.workeroutput[REACH_OUTPUT] = [  # type: ignore[attr-defined]
+                [name, direction, reach.to_json()] for (name, direction), reach in fuzzer.reach.items()]
+        return
+    if _unreached(config) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """The controller: a worker's reach, per back end and direction (each fuzz test runs in one worker)."""
+    handed = getattr(node, "workeroutput", {}).get(REACH_OUTPUT)
+    if handed:
+        from ..fuzz.fuzzer import Reach
+
+        reach = node.config.stash.setdefault(FUZZ_REACH, {})
+        for name, direction, data in handed:
+            reach[(name, direction)] = Reach.from_json(data)
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    fuzzer = config.stash.get(FUZZER, None)
-    if fuzzer is None or not any(r.total or r.refused for r in fuzzer.reach.values()):
+    reaches = _reach(config)
+    if not any(r.total or r.refused for r in reaches.values()):
         return
     terminalreporter.write_sep("=", "pytest-attn fuzz")
     terminalreporter.write_line(f"hypothesis profile: {config.stash.get(FUZZ_PROFILE, '?')}; examples that ran per"
                                 " back end and direction, by relation of key to query lengths (self: equal,"
                                 " prefix: cached keys before the queries, decode: 1-4 queries, cross: unrelated,"
                                 " serving: ragged KV caches with appends):")
-    for (name, direction), reach in sorted(fuzzer.reach.items()):
+    for (name, direction), reach in sorted(reaches.items()):
         terminalreporter.write_line(f"  {name} {direction}: {reach.describe()}")
     for line in _unreached(config):
         terminalreporter.write_line(f"FAILED reach: {line}; the back end refuses these drawn cases or the"

@@ -206,6 +206,7 @@ ATTENTION_RUN = pytest.StashKey[bool]()  # set by prepare_attention_run
 VISIBLE_GPUS = pytest.StashKey[list[VisibleGpu]]()  # what NVML saw when the run was prepared
 CLOCK_LOCKER = pytest.StashKey[Any]()
 FUZZER = pytest.StashKey[Any]()  # the session's pytest_attn.fuzz.fuzzer.Fuzzer, once a fuzz test ran
+FUZZ_REACH = pytest.StashKey[dict[tuple[str, str], Any]]()  # the controller: its xdist workers' fuzz reach
 FUZZ_PROFILE = pytest.StashKey[str]()  # the Hypothesis profile the fuzz tests run under
 GATE_LINES = pytest.StashKey["list[str]"]()
 PINNED = pytest.StashKey[tuple[int, str]]()  # a pytest-xdist worker: (its GPU's place among the run's, UUID)
