@@ -19,6 +19,8 @@ def test_fingerprints():
     blocking, _ = differences(fp, h100)
     assert blocking == ["gpu: NVIDIA H200 (baseline) -> NVIDIA H100 80GB HBM3 (this run)",
                         "memory_gib: 140 (baseline) -> 80 (this run)"]
+    epyc, xeon = (Fingerprint(name, 2, 24, kind="cpu") for name in ("AMD EPYC 9654", "Intel Xeon 8480"))
+    assert differences(epyc, xeon)[0] == ["cpu: AMD EPYC 9654 (baseline) -> Intel Xeon 8480 (this run)"]
     base = Fingerprint("NVIDIA H200", 132, 140, driver="580.159.04", flash_attn="2.8.3", flash_attn_4="4.0.0b36")
     newer = Fingerprint("NVIDIA H200", 132, 140, driver="590.1", flash_attn="2.8.4", flash_attn_4="4.0.0")
     assert differences(base, newer) == ([], ["driver: 580.159.04 (baseline) -> 590.1 (this run)",

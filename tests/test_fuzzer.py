@@ -257,3 +257,46 @@ def test_a_failed_property_is_not_followed_by_a_reach_complaint():
         fuzzer.run("planted", "fwd", _ci())
     reach = fuzzer.reach[("planted", "fwd")]
     assert reach.failed and reach.missing() == ()
+
+
+class Detached(Planted):
+    """Claims a backward, but its output ignores q (``q_free``) or has no autograd graph at all."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__("none")
+        self.how = how
+
+    def prepare(self, case, inputs):
+        import dataclasses
+
+        if self.how == "q_free":  # the right output, but q's gradient never reaches the caller
+            return super().prepare(case, dataclasses.replace(inputs, q=inputs.q.detach()))
+        forward = super().prepare(case, inputs)
+        return lambda: forward().detach()
+
+
+@pytest.mark.parametrize("how", ["q_free", "detached"])
+def test_a_back_end_without_a_gradient_path_gets_a_report_not_an_autograd_error(how):
+    from pytest_attn.core.case import AttnCase, Mask
+    from pytest_attn.fuzz.fuzzer import run_example
+
+    case = AttnCase("planted", "fuzz", (3,), (3,), 1, 1, 8, 8, "fp32", Mask.none(), direction="fwd+bwd")
+    check = run_example(case, Detached(how), CPU, seed=0)
+    assert not check.ok
+    if how == "q_free":
+        assert check.tensor == "dq" and check.max_error > 0  # its zero dq against the reference's
+    else:
+        assert "the output has no autograd graph back to q, k and v" in check.describe(case)
+
+
+def test_an_exact_result_and_an_exact_reference_say_so_instead_of_ratio_inf():
+    from pytest_attn.core.case import AttnCase, Mask
+    from pytest_attn.oracle.checks import FullCheck
+
+    case = AttnCase("planted", "fuzz", (3,), (3,), 1, 1, 8, 8, "fp32", Mask.none())
+    exact = FullCheck(True, "out", 0.0, 0.0, 1e-5, "nowhere").describe(case)
+    assert exact == "out: every element equals the fp64 reference (allowed 1e-05)"
+    wrong = FullCheck(False, "out", 0.25, 0.0, 1e-5, "sequence 0, head 0, row 1, column 2").describe(case)
+    assert "fp32 math is exact here (allowed 1e-05)" in wrong and "inf" not in wrong
+    usual = FullCheck(False, "out", 0.25, 1e-3, 1e-5, "sequence 0, head 0, row 1, column 2").describe(case)
+    assert "fp32 math errs 0.001, this is 250x that (allowed 1e-05)" in usual

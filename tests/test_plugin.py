@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 from factories import attention_suite
@@ -268,6 +270,34 @@ def test_under_xdist_the_fuzz_summary_and_reach_check_come_from_the_workers(pyte
                                  "*shy fwd+bwd: * ran: self *, decode 0 (* refused)*",
                                  "FAILED reach: shy fwd: no decode example ran, though the back end takes it*",
                                  "FAILED reach: shy fwd+bwd: no decode example ran*"])
+
+
+WRONG_CONFTEST = SHY_CONFTEST.replace('name = "shy"', 'name = "wrong"').replace("scale=case.scale,",
+                                                                                   "scale=1.5 * case.scale,")
+
+
+@pytest.mark.slow
+def test_a_fuzz_failure_reads_at_the_top_of_its_block_and_its_replay_loads_the_conftest(pytester):
+    import subprocess
+    import sys
+
+    pytester.makeconftest(WRONG_CONFTEST)
+    pytester.makepyfile(test_fuzz_varlen=(Path(__file__).parents[1] / "suites" / "test_fuzz_varlen.py").read_text())
+    result = pytester.runpytest("-p", "no:cacheprovider", "--attn-backends=wrong", "--attn-directions=fwd")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    lines = result.stdout.lines
+    start = next(i for i, line in enumerate(lines) if "test_fuzz_varlen[wrong-fwd]" in line and line.startswith("_"))
+    block = lines[start : start + 15]
+    assert any(line.startswith("wrong gives a wrong result on ") for line in block), "\n".join(block)
+    assert any(line.startswith("  out: max |got - fp64| = ") and " at sequence " in line for line in block)
+    replay = next(line for line in block if line.startswith("  replay: "))
+    assert "FAILED reach" not in result.stdout.str() and "ratio inf" not in result.stdout.str()
+    command = replay.removeprefix("  replay: ")
+    assert " --backends-from conftest.py '" in command
+    done = subprocess.run(command, shell=True, cwd=pytester.path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 1, done.stderr  # the same wrong result, on this machine
+    assert done.stdout.startswith("wrong gives a wrong result on "), done.stdout + done.stderr
 
 
 def test_bad_thresholds_stop_at_start_up(pytester):

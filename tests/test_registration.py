@@ -108,7 +108,7 @@ def pytest_attn_register_backends(registry, config):  # replaces the one above
     pytester.makepyfile(test_suite=SUITE)
     result = pytester.runpytest("-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*registering back ends: back end 'mine' is registered twice*"])
+    result.stderr.fnmatch_lines(["*registering back ends: */conftest.py: back end 'mine' is registered twice*"])
     pytester.makeconftest("def pytest_attn_register_backends(registry, config):\n"
                           "    class Half:\n        name = 'half'\n        layout = 'bshd'\n"
                           "    registry.register(Half())\n")

@@ -115,8 +115,17 @@ class Registry:
 
     def __init__(self, backends: Iterable[Any] = ()) -> None:
         self._by_name: dict[str, Backend] = {}
+        self._origins: dict[str, str] = {}  # name -> the file that registered it (a conftest), where known
         for backend in backends:
             self.register(backend)
+
+    def origin(self, name: str) -> str | None:
+        """The file whose ``pytest_attn_register_backends`` registered ``name`` (None: built in, or an
+        entry point -- both found without it)."""
+        return self._origins.get(name)
+
+    def set_origin(self, name: str, path: str) -> None:
+        self._origins[name] = path
 
     def register(self, backend: Any) -> None:
         missing = [attr for attr in REQUIRED if not hasattr(backend, attr)]

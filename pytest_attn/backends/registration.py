@@ -42,3 +42,46 @@ def register_entry_points(registry: Registry, entry_points: Iterable[Any] | None
                 raise RegistryError(f"{source}: {exc}") from None
         sources.append(source)
     return sources
+
+
+def register_from_hooks(registry: Registry, hook_impls: Iterable[Any], config: Any) -> None:
+    """Call each ``pytest_attn_register_backends`` implementation (pluggy's ``HookImpl``: ``plugin``,
+    ``function``, ``argnames``) in turn, so each back end it registers is known by the file that did it
+    (:meth:`Registry.origin`: a fuzz failure's replay command loads that file). Raises
+    :class:`RegistryError` naming the file."""
+    for impl in hook_impls:
+        source = getattr(impl.plugin, "__file__", None) or repr(impl.plugin)
+        before = set(registry.names())
+        offered = {"registry": registry, "config": config}
+        try:
+            impl.function(**{name: offered[name] for name in impl.argnames if name in offered})
+        except RegistryError as exc:
+            raise RegistryError(f"{source}: {exc}") from None
+        for name in registry.names():
+            if name not in before and getattr(impl.plugin, "__file__", None):
+                registry.set_origin(name, impl.plugin.__file__)
+
+
+def register_from_file(registry: Registry, path: str) -> None:
+    """Load a file that registers back ends (a ``conftest.py`` with ``pytest_attn_register_backends``)
+    outside pytest -- the fuzz replay's ``--backends-from`` -- and call its hook (``config=None``). Its
+    folder goes first on ``sys.path``, as pytest's rootdir-relative import would put it."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    file = Path(path).resolve()
+    if not file.is_file():
+        raise RegistryError(f"--backends-from {path}: no such file")
+    sys.path.insert(0, str(file.parent))
+    spec = importlib.util.spec_from_file_location(f"pytest_attn_replay_{file.stem}", file)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise RegistryError(f"--backends-from {path}: importing it failed: {type(exc).__name__}: {exc}") from None
+    hook = getattr(module, "pytest_attn_register_backends", None)
+    if hook is None:
+        raise RegistryError(f"--backends-from {path}: it has no pytest_attn_register_backends(registry, config)")
+    hook(registry=registry, config=None)

@@ -63,9 +63,15 @@ def run_example(case: AttnCase, backend: Backend, device: DeviceInfo, seed: int)
     out = forward()
     grads = None
     if grad:
+        if not out.requires_grad:  # torch.autograd.grad would raise "does not require grad"
+            return FullCheck(False, "dq", 0.0, 0.0, 0.0, "every element", problem=(
+                "the output has no autograd graph back to q, k and v (computed without them, or detached), so it"
+                " has no gradient; a back end without a backward declares has_backward = False"))
         poison_allocator(dev, 4 * out_bytes)
-        dq, dk, dv = torch.autograd.grad(out, (inputs.q, inputs.k, inputs.v), inputs.grad_out)
-        grads = (dq, dk, dv)
+        used = torch.autograd.grad(out, (inputs.q, inputs.k, inputs.v), inputs.grad_out, allow_unused=True)
+        # an input the output does not depend on has a zero gradient, which the check then compares
+        grads = tuple(torch.zeros_like(x) if g is None else g
+                      for g, x in zip(used, (inputs.q, inputs.k, inputs.v), strict=True))
     if device.is_cuda:
         torch.cuda.synchronize(dev)
     checked = check_full(case, inputs, out, backend.layout, grads, empty_rows=getattr(backend, "empty_rows", "any"))
@@ -76,13 +82,36 @@ def run_example(case: AttnCase, backend: Backend, device: DeviceInfo, seed: int)
     return checked
 
 
-def failure_message(case: AttnCase, seed: int, check: FullCheck) -> str:
-    text = case_json(case, seed)
+def replay_command(case: AttnCase, seed: int, origin: str | None = None) -> str:
+    """The command that reruns one example on this machine; ``origin``: the file that registered a back end
+    that is neither built in nor an entry point (a conftest), loaded by the replay."""
+    source = f" --backends-from {_shown(origin)}" if origin else ""
+    return f"PYTHONPATH=. python -m pytest_attn.fuzz{source} '{case_json(case, seed)}'"
+
+
+def _shown(path: str) -> str:
+    """``path`` relative to the working folder where it is inside it (the command is run from there)."""
+    import os
+
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
+
+
+def failure_message(case: AttnCase, seed: int, check: FullCheck, origin: str | None = None) -> str:
     return (
         f"{case.backend} gives a wrong result on {case.describe()} (scale {case.scale:.4g}, seed {seed}):\n"
         f"  {check.describe(case)}\n"
-        f"  replay: PYTHONPATH=. python -m pytest_attn.fuzz '{text}'"
+        f"  replay: {replay_command(case, seed, origin)}"
     )
+
+
+class FuzzFailure(AssertionError):
+    """A wrong result the fuzzer found: ``report`` is :func:`failure_message` (Hypothesis adds its notes --
+    the shrunk draws, the explanation -- to the exception, after it)."""
+
+    def __init__(self, report: str) -> None:
+        super().__init__(report)
+        self.report = report
 
 
 #: Examples per relation a target must have run before a relation with none fails the run (below it,
@@ -226,7 +255,7 @@ class Fuzzer:
         case = data.draw(attn_cases(backend=name, space=space, direction=direction, relations=(relation,)),
                          label="case")
         seed = data.draw(st.integers(0, 2**16 - 1), label="seed")
-        note(f"replay: PYTHONPATH=. python -m pytest_attn.fuzz '{case_json(case, seed)}'")
+        note(f"replay: {replay_command(case, seed, self.registry.origin(name))}")
         if known_failure(case) is not None:
             reject()
         if backend.supports(case, self.device) is not None:
@@ -245,5 +274,5 @@ class Fuzzer:
         reach.timed(time.perf_counter() - start, after - before if before is not None and after is not None else None)
         if not check.ok:
             reach.failed = True
-            raise AssertionError(failure_message(case, seed, check))
+            raise FuzzFailure(failure_message(case, seed, check, self.registry.origin(name)))
         return None

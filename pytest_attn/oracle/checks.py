@@ -204,10 +204,13 @@ class FullCheck:
     def describe(self, case: AttnCase) -> str:
         if self.problem:
             return f"{self.tensor}: {self.problem} at {self.worst}"
-        return (f"{self.tensor}: max |got - fp64| = {self.max_error:.3g} at {self.worst}; {case.dtype} math errs"
-                f" {self.lowp_error:.3g}; ratio {self.ratio:.2f} (allowed {self.allowed:.3g}"
-                + (f", of which {self.by_design:.3g} for D computed from the rounded output)" if self.by_design
-                   else ")"))
+        allowed = (f"allowed {self.allowed:.3g}" + (f", of which {self.by_design:.3g} for D computed from the rounded"
+                                                    " output" if self.by_design else ""))
+        if self.max_error == 0:
+            return f"{self.tensor}: every element equals the fp64 reference ({allowed})"
+        versus = (f"{case.dtype} math errs {self.lowp_error:.3g}, this is {self.ratio:.3g}x that" if self.lowp_error > 0
+                  else f"{case.dtype} math is exact here")
+        return f"{self.tensor}: max |got - fp64| = {self.max_error:.3g} at {self.worst}; {versus} ({allowed})"
 
 
 def _where(index: int, flat: int, shape: tuple[int, ...], is_q: bool) -> str:

@@ -97,7 +97,17 @@ class FuzzCheck:
         self.registry, self.device = fuzzer.registry, fuzzer.device
 
     def run(self, name: str, direction: str) -> None:
-        refused = self.fuzzer.run(name, direction)
+        """A wrong result fails the test with the report alone -- verdict, worst element, replay of the
+        shrunk case -- not the fuzzer's source, its traceback and Hypothesis' dump of the same draws."""
+        from ..fuzz.fuzzer import FuzzFailure
+
+        found: FuzzFailure | None = None
+        try:
+            refused = self.fuzzer.run(name, direction)
+        except FuzzFailure as exc:
+            found = exc
+        if found is not None:
+            pytest.fail(found.report, pytrace=False)
         if refused is not None:
             pytest.skip(refused.reason)
 

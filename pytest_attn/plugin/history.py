@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
+from ..backends.base import refusal
 from ..verdicts.runs import partial_note
-from .session import ATTN_SESSION, SHARD, SIGNAL_GUARD, attn_session
+from .session import ATTN_SESSION, SHARD, SIGNAL_GUARD, AttnSession, attn_session, case_of_item
 
 PARTIAL = pytest.StashKey[dict[str, Any]]()
 HISTORY_NOTES = pytest.StashKey["list[str]"]()
@@ -36,8 +37,22 @@ def _partial(session: pytest.Session, exitstatus: int | pytest.ExitCode) -> dict
         reason = f"stopped early ({session.shouldstop or session.shouldfail})"
     else:
         return None
-    return {"reason": reason, "cases_measured": len(attn.records),
-            "cases_selected": attn.progress.total if attn.progress is not None else None}
+    return {"reason": reason, "cases_measured": len(attn.records), "cases_selected": _runnable(session, attn)}
+
+
+def _runnable(session: pytest.Session, attn: AttnSession) -> int | None:
+    """The selected cases this device can run: a case its back end refuses here (a GPU case on a CPU)
+    is a skip, never a case the cut-short run failed to measure."""
+    if attn.progress is None:
+        return None
+    device = attn.device_if_probed
+    cases = [c for c in map(case_of_item, session.items) if c is not None]
+    if device is None or not cases:
+        return attn.progress.total
+    try:
+        return sum(1 for c in cases if refusal(attn.registry.get(c.backend), c, device) is None)
+    except Exception:  # a back end's supports() failing here must not cost the saved run its mark
+        return attn.progress.total
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)

@@ -18,7 +18,7 @@ import pytest
 
 from ..backends import QUIET_WARNINGS, builtin_registry
 from ..backends.base import Registry, RegistryError
-from ..backends.registration import register_entry_points
+from ..backends.registration import register_entry_points, register_from_hooks
 from ..core.case import AttnCase
 from ..core.catalog import SMOKE_LEAVES_OUT, profile_variants
 from ..core.device import DeviceInfo
@@ -82,11 +82,18 @@ class AttnSession:
         registry = builtin_registry()
         try:
             register_entry_points(registry)
-            self.config.hook.pytest_attn_register_backends(registry=registry, config=self.config)
+            impls = self.config.hook.pytest_attn_register_backends.get_hookimpls()
+            register_from_hooks(registry, reversed(impls), self.config)  # in the order pluggy calls them
         except RegistryError as exc:
             raise pytest.UsageError(f"registering back ends: {exc}") from None
         slowdown = self.options.inject_slowdown
-        return Registry([SlowedBackend(b, slowdown) for b in registry]) if slowdown else registry
+        if not slowdown:
+            return registry
+        slowed = Registry([SlowedBackend(b, slowdown) for b in registry])
+        for name in registry.names():
+            if registry.origin(name):
+                slowed.set_origin(name, registry.origin(name) or "")
+        return slowed
 
     @cached_property
     def backends(self) -> tuple[str, ...]:

@@ -103,5 +103,6 @@ def differences(baseline: Fingerprint, current: Fingerprint) -> tuple[list[str],
     for name, group in [(n, "blocking") for n in BLOCKING] + [(n, "informing") for n in INFORMING]:
         a, b = getattr(baseline, name), getattr(current, name)
         if a != b and not (a is None or b is None):
-            out[group].append(f"{name}: {a} (baseline) -> {b} (this run)")
+            label = "cpu" if name == "gpu" and "cpu" in (baseline.kind, current.kind) else name  # the CPU model
+            out[group].append(f"{label}: {a} (baseline) -> {b} (this run)")
     return out["blocking"], out["informing"]
