@@ -330,3 +330,17 @@ def test_a_full_disk_at_the_end_leaves_no_truncated_json_and_exits_4_after_the_s
     only_autosave.stdout.fnmatch_lines(["*error: saving the run failed: No space left on device (*.benchmarks*0001_*"
                                         ".json); *0001_*.json cut short and removed*"])
     assert not list((pytester.path / ".benchmarks").rglob("*.json"))
+
+
+def test_an_exception_in_a_hook_at_the_end_still_prints_the_summary(run, pytester):
+    pytester.makeconftest(CONFTEST + '''
+
+def pytest_sessionfinish(session):
+    raise RuntimeError("a conftest hook fails")
+''')
+    broken = run("--benchmark-json=out.json")
+    assert broken.ret == pytest.ExitCode.INTERNAL_ERROR
+    broken.stdout.fnmatch_lines(["*pytest-attn summary*", "*error: the end of the session failed: RuntimeError: a"
+                                 " conftest hook fails. The results above were measured*",
+                                 "*raise RuntimeError(\"a conftest hook fails\")*"])
+    assert json.loads((pytester.path / "out.json").read_text())["benchmarks"]  # written before the hook failed

@@ -12,6 +12,7 @@ and the summary says which run was skipped and why. Comparing with a partial run
 from __future__ import annotations
 
 import json
+import traceback
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
@@ -100,7 +101,9 @@ class SavingGuard:
     a full disk leaves them cut short (invalid JSON) and a raw OSError that loses the summary. Registered at
     configure -- inside pytest's terminal reporter, outside pytest-benchmark's save -- this catches the
     error, removes each file the failed write cut short, and ends the run with exit status 4 and a message
-    naming the file and the fix, after the summary. Files that are whole are left as they are."""
+    naming the file and the fix, after the summary. Files that are whole are left as they are. Any other
+    exception at the session's end (a plugin's or conftest's hook) is reported the same way, with its
+    traceback, exit status 3."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
@@ -118,25 +121,37 @@ class SavingGuard:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> Generator[None, None, None]:
-        before = {p: p.stat().st_mtime_ns for p in self._targets() if p.is_file()}
         try:
             return (yield)
-        except OSError as exc:
+        except Exception as exc:
             attn = self.config.stash.get(ATTN_SESSION, None)
-            if attn is None or not attn.active:  # not an attention run: pytest-benchmark's error as it was
+            if attn is None or not attn.active:  # not an attention run: the error as it was
                 raise
-            removed = [p for p in sorted(self._targets()) if p.is_file() and before.get(p) != p.stat().st_mtime_ns
-                       and not _whole_json(p)]
-            for path in removed:
-                path.unlink(missing_ok=True)
-            gone = f"; {', '.join(map(str, removed))} cut short and removed (no truncated JSON left)" if removed else ""
-            self.config.stash.setdefault(HISTORY_NOTES, []).append(
-                f"error: saving the run failed: {exc.strerror or exc} ({exc.filename or 'a file being written'}){gone}."
-                " The results above were measured; what the end of the session had left to do (saving, the gate)"
-                " did not run. Free space there (or point --benchmark-json / --benchmark-storage elsewhere) and rerun")
-            if session.exitstatus != pytest.ExitCode.INTERRUPTED:
-                session.exitstatus = pytest.ExitCode.USAGE_ERROR
+            self._after(session, exc)
             return None
+
+    def _after(self, session: pytest.Session, exc: Exception) -> None:
+        """The end of an attention run failed: remove what it cut short, say what and why, set the status
+        (4 for a file that could not be written, 3 -- pytest's internal error -- for anything else)."""
+        removed = [p for p in sorted(self._targets()) if p.is_file() and not _whole_json(p)]
+        for path in removed:
+            path.unlink(missing_ok=True)
+        gone = f"; {', '.join(map(str, removed))} cut short and removed (no truncated JSON left)" if removed else ""
+        after = ("The results above were measured; what the end of the session had left to do (saving, the gate)"
+                 " did not run.")
+        notes = self.config.stash.setdefault(HISTORY_NOTES, [])
+        if isinstance(exc, OSError):
+            where = exc.filename or "a file being written"
+            notes.append(f"error: saving the run failed: {exc.strerror or exc} ({where}){gone}. {after} Free space"
+                         " there (or point --benchmark-json / --benchmark-storage elsewhere) and rerun")
+            status = pytest.ExitCode.USAGE_ERROR
+        else:
+            notes.append(f"error: the end of the session failed: {type(exc).__name__}: {exc}{gone}. {after} The"
+                         " traceback (a hook of a plugin or conftest raised it):")
+            notes += "".join(traceback.format_exception(exc)).rstrip().splitlines()
+            status = pytest.ExitCode.INTERNAL_ERROR
+        if session.exitstatus != pytest.ExitCode.INTERRUPTED:
+            session.exitstatus = status
 
 
 def _whole_json(path: Path) -> bool:
