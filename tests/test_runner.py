@@ -240,3 +240,25 @@ def test_a_fwd_bwd_record_carries_the_gradient_check_and_its_cost():
     check = result.check
     assert check is not None and check.grad_rows > 0 and check.grad_max_error <= check.grad_allowed
     assert check.seconds > 0 and check.grad_tensor in ("dq", "dk", "dv")
+
+
+def test_on_a_gpu_a_garbage_collection_runs_only_when_a_case_would_not_fit(monkeypatch):
+    """A full collection with torch loaded takes ~0.2 s: before every case it was a third of a warm smoke run."""
+    from pytest_attn.engine import runner
+
+    gpu = DeviceInfo(kind="cuda", name="NVIDIA H200", torch_version="x", l2_bytes=60 << 20)
+    small = case("sdpa-math")
+    need = runner.required_bytes(small, SdpaBackend("math"), gpu)
+    free = {"bytes": 10 * need}
+    released = []
+    monkeypatch.setattr(runner, "gpu_free_bytes", lambda: free["bytes"])
+    monkeypatch.setattr(runner, "_release", lambda device: released.append(device) or free.update(bytes=10 * need))
+    assert runner._make_room(small, SdpaBackend("math"), gpu, FAST) == int(10 * need * FAST.memory_headroom)
+    assert released == []  # it fits: no collection
+    free["bytes"] = need // 2  # the previous case's memory still held, until a collection frees it
+    assert runner._make_room(small, SdpaBackend("math"), gpu, FAST) == int(10 * need * FAST.memory_headroom)
+    assert released == [gpu]
+    monkeypatch.setattr(runner, "_release", lambda device: released.append(device))  # nothing to free
+    free["bytes"] = need // 2
+    with pytest.raises(CaseSkipped, match="GiB of GPU memory"):
+        runner._make_room(small, SdpaBackend("math"), gpu, FAST)
