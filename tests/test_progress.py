@@ -31,3 +31,34 @@ def test_a_line_at_most_every_few_seconds_with_an_estimate():
 
 def test_durations_read_like_a_person_writes_them():
     assert (fmt_duration(59.4), fmt_duration(61), fmt_duration(3725)) == ("59s", "1m01s", "1h02m")
+
+
+def test_the_wall_line_accounts_for_the_whole_run():
+    from pytest_attn.plugin.progress import WallTimes
+
+    now = [100.0]
+    wall = WallTimes(clock=lambda: now[0], before_load_s=1.5)  # the plugin loaded 1.5 s into the process
+    assert wall.line(0.0) is None  # no test ran
+    wall.test_ran(104.0, 110.0, attention=True)  # collection and a compile phase took 4 s
+    wall.test_ran(110.5, 112.0, attention=False)  # a fuzz test, half a second after
+    wall.test_ran(112.0, 122.0, attention=True)
+    now[0] = 123.0
+    line = wall.line(measured_s=13.0)
+    assert line == ("wall time 24.5 s: start-up 5.5 s (Python, imports, collection, any compile phase); the attention"
+                    " tests 16.0 s, 13.0 s of it in the phases above and 3.0 s around them (pytest, fixtures, inputs'"
+                    " memory); other tests 1.5 s; between tests 0.5 s; the end so far 1.0 s (saving, the gate)")
+    parts = [5.5, 16.0, 1.5, 0.5, 1.0]
+    assert sum(parts) == 24.5  # every second of the wall time is somewhere
+
+
+def test_process_age_is_read_from_proc(tmp_path):
+    import os
+
+    from pytest_attn.engine.probe import process_age_s
+
+    ticks = os.sysconf("SC_CLK_TCK")
+    (tmp_path / "stat").write_text("4242 (py thon) S " + " ".join(["0"] * 18) + f" {1000 * ticks} 0 0")
+    (tmp_path / "uptime").write_text("1012.50 2000.00\n")
+    assert process_age_s(tmp_path / "stat", tmp_path / "uptime") == 12.5
+    assert process_age_s(tmp_path / "missing", tmp_path / "uptime") is None
+    assert 0 <= process_age_s() < 3600  # this process, on Linux

@@ -59,6 +59,19 @@ def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
+def process_age_s(stat: Path = Path("/proc/self/stat"), uptime: Path = Path("/proc/uptime")) -> float | None:
+    """Seconds since this process started (Linux's /proc; None elsewhere): the start-up before pytest
+    loaded the plugin -- the interpreter, pytest, the plugins -- that a run's wall time includes."""
+    import os
+
+    try:
+        started_ticks = int(stat.read_text().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        up_s = float(uptime.read_text().split()[0])
+        return max(0.0, up_s - started_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def host_free_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None:
     """The host memory available to a new allocation (Linux ``MemAvailable``), or None where unknown."""
     try:

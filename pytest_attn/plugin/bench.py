@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -166,12 +167,16 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
     """A progress line (done/total, elapsed, estimate, the case now running) at most every 10 s."""
     attn = item.config.stash.get(ATTN_SESSION, None)
-    progress = attn.progress if attn is not None and case_of_item(item) is not None else None
+    attention = case_of_item(item) is not None
+    progress = attn.progress if attn is not None and attention else None
     if progress is not None:
         line = progress.start(item.name)
         if line:
             _say(item.config)(line)
+    start = time.monotonic()
     yield
+    if attn is not None:
+        attn.wall.test_ran(start, time.monotonic(), attention)
     if progress is not None:
         progress.finish()
 
@@ -354,7 +359,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     threads = config.stash.get(CPU_THREADS, "torch's default")
     lines.insert(0, f"profile: {session.profile}; back ends: {', '.join(session.backends)}; torch CPU threads:"
                     f" {threads}")
-    lines[1:1] = session.ceilings.lines() + session.compiled.lines() + time_lines(session.records)
+    wall = session.wall.line(sum(r.timing.elapsed_s for r in session.records))
+    lines[1:1] = [*session.ceilings.lines(), *session.compiled.lines(), *time_lines(session.records),
+                  *([wall] if wall else [])]
     lines.extend(f"note: {n}" for n in session.notes)
     for line in lines:
         terminalreporter.write_line(line)

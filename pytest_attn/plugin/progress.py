@@ -1,6 +1,7 @@
 """Progress a person can follow on a long run: cases done of the total, time elapsed, an estimate of
 what is left, and the case now running -- a line at most every ``every_s`` seconds (pytest's own dots
-say nothing while one case compiles or samples for a minute). Pure: the clock is an argument."""
+say nothing while one case compiles or samples for a minute); and where the whole wall time went
+(:class:`WallTimes`). Pure: the clock is an argument."""
 
 from __future__ import annotations
 
@@ -45,3 +46,46 @@ class Progress:
 
     def finish(self) -> None:
         self.done += 1
+
+
+@dataclass
+class WallTimes:
+    """Where a run's wall time went, from the process's start: start-up (the interpreter, imports,
+    collection, a compile phase), the attention cases' tests (of which ``measured_s`` in the phases each
+    record times), other tests (the fuzz suite), and the end (saving, the gate) up to the summary."""
+
+    clock: Callable[[], float] = time.monotonic
+    loaded: float = field(default=-1.0)  # the clock when the plugin's session was made
+    before_load_s: float = 0.0  # the process's age then
+    first_test: float = -1.0
+    last_test_end: float = -1.0
+    cases_s: float = 0.0
+    others_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.loaded < 0:
+            self.loaded = self.clock()
+
+    def test_ran(self, start: float, end: float, attention: bool) -> None:
+        if self.first_test < 0:
+            self.first_test = start
+        self.last_test_end = end
+        if attention:
+            self.cases_s += end - start
+        else:
+            self.others_s += end - start
+
+    def line(self, measured_s: float) -> str | None:
+        """The wall-time line, ``measured_s`` being the cases' own phases (setup, checks, warm-up, sampling)."""
+        if self.first_test < 0:
+            return None
+        now = self.clock()
+        startup = self.before_load_s + self.first_test - self.loaded
+        total = self.before_load_s + now - self.loaded
+        between = self.first_test + self.cases_s + self.others_s
+        return (f"wall time {total:.1f} s: start-up {startup:.1f} s (Python, imports, collection, any compile phase);"
+                f" the attention tests {self.cases_s:.1f} s, {measured_s:.1f} s of it in the phases above and"
+                f" {max(0.0, self.cases_s - measured_s):.1f} s around them (pytest, fixtures, inputs' memory);"
+                + (f" other tests {self.others_s:.1f} s;" if self.others_s >= 0.05 else "")
+                + f" between tests {max(0.0, self.last_test_end - between):.1f} s;"
+                f" the end so far {now - self.last_test_end:.1f} s (saving, the gate)")

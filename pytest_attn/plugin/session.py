@@ -26,7 +26,7 @@ from ..core.record import Record
 from ..engine.ceilings import CeilingCache
 from ..engine.compile import CompileReport
 from ..engine.nvml import NoNvml, Nvml, VisibleGpu, visible_devices
-from ..engine.probe import cpu_gflops, probe_device
+from ..engine.probe import cpu_gflops, probe_device, process_age_s
 from ..engine.runner import RunSettings
 from ..engine.slowed import SlowedBackend
 from ..engine.stopping import StopRule, WarmupRule
@@ -34,7 +34,7 @@ from ..engine.threads import auto_threads, set_torch_threads, usable_cpus
 from ..verdicts.fingerprint import gpu_key
 from ..verdicts.gate import Thresholds
 from .options import AttnOptions
-from .progress import Progress
+from .progress import Progress, WallTimes
 
 DEFAULT_STORAGE = "file://./.benchmarks"
 
@@ -73,6 +73,7 @@ class AttnSession:
         self.notes: list[str] = []  # session-level lines for the summary
         self.compiled = CompileReport()  # the compile phase before the first sample
         self.progress: Progress | None = None
+        self.wall = WallTimes(before_load_s=process_age_s() or 0.0)
         self._device: tuple[DeviceInfo, Nvml] | None = None
 
     # ---- back ends -------------------------------------------------------------------------------
