@@ -97,40 +97,54 @@ def _rows(text: str) -> list[str]:
     return sorted(rows)
 
 
-@pytest.mark.slow
-def test_two_workers_give_the_same_benchmarks_and_rows_as_one_process(pytester):
+@pytest.fixture
+def one_process(pytester):
+    """The run of one process, in-process (no interpreter to start): the reference the other runs match."""
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_suite=SUITE)
-    one = pytester.runpytest_subprocess(*ARGS, "--benchmark-json=one.json")
-    two = pytester.runpytest_subprocess(*ARGS, "-n", "2", "--benchmark-json=two.json")
-    assert one.ret == two.ret == pytest.ExitCode.OK
-    first, second = (json.loads((pytester.path / f).read_text()) for f in ("one.json", "two.json"))
-    assert {b["fullname"] for b in first["benchmarks"]} == {b["fullname"] for b in second["benchmarks"]}
+    one = pytester.runpytest(*ARGS, "--benchmark-json=one.json")
+    assert one.ret == pytest.ExitCode.OK
+    first = json.loads((pytester.path / "one.json").read_text())
     assert len(first["benchmarks"]) >= 6
+    return one, {b["fullname"] for b in first["benchmarks"]}
+
+
+@pytest.mark.slow
+def test_two_workers_give_the_same_benchmarks_and_rows_as_one_process(pytester, one_process):
+    one, names = one_process
+    # --attn-shard=1/1 keeps every problem, and proves a shard's mark travels from the workers (that collect
+    # and shard) to the controller (that writes the JSON)
+    two = pytester.runpytest_subprocess(*ARGS, "-n", "2", "--attn-shard=1/1", "--benchmark-json=two.json")
+    assert two.ret == pytest.ExitCode.OK
+    second = json.loads((pytester.path / "two.json").read_text())
+    assert {b["fullname"] for b in second["benchmarks"]} == names
+    mark = second["attn_shard"]
+    assert (mark["index"], mark["count"], mark["problems"]) == (1, 1, len({b["group"] for b in second["benchmarks"]}))
     assert all(b["extra_info"]["schema"] == "pytest-attn.record" for b in second["benchmarks"])
     assert second["machine_info"]["attn_devices"]
     assert _rows(one.stdout.str()) == _rows(two.stdout.str())
     assert "automatically disabled because xdist" not in two.stdout.str() + two.stderr.str()
     assert "Benchmark fixture was not used" not in two.stdout.str()
 
-    shards = [pytester.runpytest_subprocess(*ARGS, f"--attn-shard={i}/2", f"--benchmark-json=s{i}.json")
-              for i in (1, 2)]
+
+@pytest.mark.slow
+def test_shards_split_the_problems_record_their_share_and_merge_back(pytester, one_process):
+    _, names = one_process
+    shards = [pytester.runpytest(*ARGS, f"--attn-shard={i}/2", f"--benchmark-json=s{i}.json") for i in (1, 2)]
     assert all(s.ret == pytest.ExitCode.OK for s in shards)
-    names = [{b["fullname"] for b in json.loads((pytester.path / f"s{i}.json").read_text())["benchmarks"]}
-             for i in (1, 2)]
-    assert not names[0] & names[1]
-    assert names[0] | names[1] == {b["fullname"] for b in first["benchmarks"]}, [s.stdout.str() for s in shards]
-    marks = [json.loads((pytester.path / f"s{i}.json").read_text())["attn_shard"] for i in (1, 2)]
+    runs = [json.loads((pytester.path / f"s{i}.json").read_text()) for i in (1, 2)]
+    mine = [{b["fullname"] for b in run["benchmarks"]} for run in runs]
+    assert not mine[0] & mine[1]
+    assert mine[0] | mine[1] == names, [s.stdout.str() for s in shards]
+    marks = [run["attn_shard"] for run in runs]
     assert [(m["index"], m["count"]) for m in marks] == [(1, 2), (2, 2)]
-    assert marks[0]["selection"] == marks[1]["selection"]
-    under_xdist = pytester.runpytest_subprocess(*ARGS, "-n", "2", "--attn-shard=2/2", "--benchmark-json=x2.json")
-    assert json.loads((pytester.path / "x2.json").read_text())["attn_shard"] == marks[1], under_xdist.stdout.str()
+    assert marks[0]["selection"] == marks[1]["selection"]  # under xdist: test_two_workers_give_the_same_...
     from pytest_attn.verdicts.cli import main
 
     merged = pytester.path / "merged.json"
     assert main(["merge", str(pytester.path / "s1.json"), str(pytester.path / "s2.json"), "--json", str(merged),
                  "--baseline", "off"]) == 0
-    assert {b["fullname"] for b in json.loads(merged.read_text())["benchmarks"]} == names[0] | names[1]
+    assert {b["fullname"] for b in json.loads(merged.read_text())["benchmarks"]} == names
 
 
 PINNED_CONFTEST = """

@@ -174,10 +174,10 @@ def _guarded(case: AttnCase, backend: Backend, device: DeviceInfo, settings: Run
         failed = str(exc)
     except Exception as exc:
         failed = _describe_failure(case, exc)
-    # The exception and its frames (holding the case's tensors) are gone here: free the memory.
-    _release(device)
-    if skipped is not None:
+    if skipped is not None:  # refused before much was made: the next case collects only if it is short
         raise CaseSkipped(skipped)
+    # A failure's frames (holding the case's tensors, an out-of-memory maybe) are gone here: free them now.
+    _release(device)
     raise CaseFailed(failed)
 
 

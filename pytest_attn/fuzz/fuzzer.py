@@ -70,8 +70,9 @@ def run_example(case: AttnCase, backend: Backend, device: DeviceInfo, seed: int)
         poison_allocator(dev, 4 * out_bytes)
         used = torch.autograd.grad(out, (inputs.q, inputs.k, inputs.v), inputs.grad_out, allow_unused=True)
         # an input the output does not depend on has a zero gradient, which the check then compares
-        grads = tuple(torch.zeros_like(x) if g is None else g
+        dq, dk, dv = (torch.zeros_like(x) if g is None else g
                       for g, x in zip(used, (inputs.q, inputs.k, inputs.v), strict=True))
+        grads = (dq, dk, dv)
     if device.is_cuda:
         torch.cuda.synchronize(dev)
     checked = check_full(case, inputs, out, backend.layout, grads, empty_rows=getattr(backend, "empty_rows", "any"))

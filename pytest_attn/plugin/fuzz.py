@@ -134,7 +134,8 @@ def _reach(config: pytest.Config) -> dict[tuple[str, str], Any]:
     """Each fuzzed back end and direction's :class:`~pytest_attn.fuzz.fuzzer.Reach`: this process's, and
     under pytest-xdist the controller's, from its workers."""
     fuzzer = config.stash.get(FUZZER, None)
-    return {**config.stash.get(FUZZ_REACH, {}), **(fuzzer.reach if fuzzer is not None else {})}
+    handed: dict[tuple[str, str], Any] = config.stash.get(FUZZ_REACH, {})
+    return {**handed, **(fuzzer.reach if fuzzer is not None else {})}
 
 
 def _unreached(config: pytest.Config) -> list[str]:

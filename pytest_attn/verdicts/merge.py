@@ -64,7 +64,7 @@ def shard_problems(runs: Sequence[tuple[str, dict[str, Any]]]) -> list[str]:
             " problems)" for name, m in shards.items()))
         return problems
     count = next(iter(kinds))[0]
-    seen: dict[int, list[str]] = {}
+    seen: dict[Any, list[str]] = {}
     for name, mark in shards.items():
         seen.setdefault(mark.get("index"), []).append(name)
     problems += [f"shard {i}/{count} is given twice ({', '.join(names)})"
