@@ -37,6 +37,7 @@ from .benchjson import benchmark_metadata
 from .options import AttnOptions, add_options, given
 from .progress import Progress
 from .session import (
+    ATTENTION_RUN,
     ATTN_SESSION,
     CLOCK_LOCKER,
     CPU_THREADS,
@@ -80,9 +81,10 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     session = AttnSession(config, AttnOptions.of(config), GateOptions.of(config))
     config.stash[ATTN_SESSION] = session
-    _ = session.backends  # registration and every name option checked at start-up
     if given(config):
         prepare_attention_run(config)
+    if config.stash.get(ATTENTION_RUN, False):  # elsewhere no back end is named, and none is looked for yet
+        _ = session.backends  # registration and every name option checked at start-up
     if not is_worker(config) and _is_attention_suite(config):
         configure_controller(config)
     _lock_clocks(config, session)

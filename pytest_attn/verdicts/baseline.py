@@ -18,8 +18,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock, Timeout
-
 from ..core.files import write_atomic
 from ..core.record import Record, is_record
 from ..core.stats import OUTLIER_FACTOR, median, times_off
@@ -144,6 +142,8 @@ def save_baseline(path: Path, run: dict[str, Any], fingerprint: Fingerprint, *, 
     data["machine_info"] = {**(run.get("machine_info") or {}), "attn_fingerprint": fingerprint.as_dict()}
     check_run(data, f"the run to save as {path}")
     path.parent.mkdir(parents=True, exist_ok=True)
+    from filelock import FileLock, Timeout  # here: 5 ms to import, in every pytest session otherwise
+
     lock = FileLock(f"{path}.lock", timeout=LOCK_TIMEOUT_S)
     try:
         with lock:
