@@ -8,20 +8,20 @@ import pytest
 
 from pytest_attn.backends.base import refusal
 from pytest_attn.core.codec import case_from_json
-from pytest_attn.fuzz.fuzzer import run_example
+from pytest_attn.fuzz.example import run_example
 from pytest_attn.fuzz.ledger import LEDGER
+from pytest_attn.plugin import attn_session
 
 
 @pytest.mark.parametrize("entry", LEDGER, ids=[f"{e.backend}: {e.covers}" for e in LEDGER])
-def test_known_failure_still_fails(attn_fuzzer, entry):
+def test_known_failure_still_fails(request, attn_device, entry):
     case, seed = case_from_json(entry.example)
     assert entry.matches(case), f"the ledger entry's example is not one it covers: {entry.example}"
-    backend = attn_fuzzer.registry.get(case.backend)
-    device = attn_fuzzer.device
-    why = refusal(backend, case, device)
+    backend = attn_session(request.config).registry.get(case.backend)
+    why = refusal(backend, case, attn_device)
     if why:
         pytest.skip(why)
-    check = run_example(case, backend, attn_fuzzer.device, seed)
+    check = run_example(case, backend, attn_device, seed)
     if check.ok:
         pytest.fail(f"{entry.backend} now passes the ledger's example ({entry.reason}; {entry.link}): remove the"
                     f" entry from pytest_attn/fuzz/ledger.py. {check.describe(case)}")

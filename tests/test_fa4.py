@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 
 from pytest_attn.backends.flash_attn import FA2, FA4, Fa4Paged, FlashAttnFunc, FlashAttnVarlen  # noqa: E402
 from pytest_attn.core.case import AttnCase, KvCache, Mask  # noqa: E402
-from pytest_attn.fuzz.fuzzer import run_example  # noqa: E402
+from pytest_attn.fuzz.example import run_example  # noqa: E402
 from pytest_attn.fuzz.space import probe_space  # noqa: E402
 
 

@@ -278,7 +278,7 @@ class Detached(Planted):
 @pytest.mark.parametrize("how", ["q_free", "detached"])
 def test_a_back_end_without_a_gradient_path_gets_a_report_not_an_autograd_error(how):
     from pytest_attn.core.case import AttnCase, Mask
-    from pytest_attn.fuzz.fuzzer import run_example
+    from pytest_attn.fuzz.example import run_example
 
     case = AttnCase("planted", "fuzz", (3,), (3,), 1, 1, 8, 8, "fp32", Mask.none(), direction="fwd+bwd")
     check = run_example(case, Detached(how), CPU, seed=0)

@@ -14,7 +14,7 @@ from ..backends.base import RegistryError, Unsupported
 from ..backends.registration import register_entry_points, register_from_file
 from ..core.codec import case_from_json
 from ..engine.probe import probe_device
-from .fuzzer import failure_message, run_example
+from .example import failure_message, run_example
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -47,10 +47,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     config = session.config
     if given(config):
         prepare_attention_run(config)
-    if _named_profile(config) or config.stash.get(ATTENTION_RUN, False):
-        from ..fuzz import profiles
+    gpus = config.stash.get(VISIBLE_GPUS, [])
+    if _named_profile(config) or (config.stash.get(ATTENTION_RUN, False) and (not gpus or fuzz_opted_in(config))):
+        from ..fuzz import profiles  # Hypothesis: 1-2 s to import, so not for a GPU run that fuzzes nothing
 
-        gpus = config.stash.get(VISIBLE_GPUS, [])
         config.stash[FUZZ_PROFILE] = _load_profile(config, profiles, has_gpu=bool(gpus))
 
 
@@ -99,7 +99,7 @@ class FuzzCheck:
     def run(self, name: str, direction: str) -> None:
         """A wrong result fails the test with the report alone -- verdict, worst element, replay of the
         shrunk case -- not the fuzzer's source, its traceback and Hypothesis' dump of the same draws."""
-        from ..fuzz.fuzzer import FuzzFailure
+        from ..fuzz.example import FuzzFailure
 
         found: FuzzFailure | None = None
         try:
