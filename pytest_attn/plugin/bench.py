@@ -83,8 +83,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[ATTN_SESSION] = session
     if given(config):
         prepare_attention_run(config)
-    if config.stash.get(ATTENTION_RUN, False):  # elsewhere no back end is named, and none is looked for yet
-        _ = session.backends  # registration and every name option checked at start-up
+    # registration and every name option checked at start-up: in an attention run, or where a conftest or
+    # plugin registers back ends (elsewhere nothing names one, and the registry is not built)
+    if config.stash.get(ATTENTION_RUN, False) or config.hook.pytest_attn_register_backends.get_hookimpls():
+        _ = session.backends
     if not is_worker(config) and _is_attention_suite(config):
         configure_controller(config)
     _lock_clocks(config, session)

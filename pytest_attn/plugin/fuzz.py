@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from ..core.device import DeviceInfo
+from ..fuzz.example import FuzzFailure
 from .options import given
 from .session import (
     ATTENTION_RUN,
@@ -99,8 +100,6 @@ class FuzzCheck:
     def run(self, name: str, direction: str) -> None:
         """A wrong result fails the test with the report alone -- verdict, worst element, replay of the
         shrunk case -- not the fuzzer's source, its traceback and Hypothesis' dump of the same draws."""
-        from ..fuzz.example import FuzzFailure
-
         found: FuzzFailure | None = None
         try:
             refused = self.fuzzer.run(name, direction)
