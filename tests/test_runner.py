@@ -262,3 +262,7 @@ def test_on_a_gpu_a_garbage_collection_runs_only_when_a_case_would_not_fit(monke
     free["bytes"] = need // 2
     with pytest.raises(CaseSkipped, match="GiB of GPU memory"):
         runner._make_room(small, SdpaBackend("math"), gpu, FAST)
+    released.clear()
+    with pytest.raises(CaseSkipped, match="no CUDA"):  # refused by its back end: no collection for that
+        runner._make_room(small, FakeBackend(reason="no CUDA here"), gpu, FAST)
+    assert released == []

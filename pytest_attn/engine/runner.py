@@ -185,20 +185,21 @@ def _make_room(case: AttnCase, backend: Backend, device: DeviceInfo, settings: R
     """:func:`check_can_run` with the memory free now; on a GPU where the case would not fit, once more after
     a garbage collection and emptying torch's cache (the previous case's cycles, blocks torch keeps). A full
     collection with torch loaded takes ~0.2 s: before every case it was a third of a warm smoke run on an
-    H200 (30 s of 91 s under cProfile, 138 calls), so it runs only when memory is short. Returns the free
-    bytes the case may use."""
+    H200 (30 s of 91 s under cProfile, 138 calls), so it runs only when memory is short -- not for a case its
+    back end refuses (56 of them in the smoke run). Returns the free bytes the case may use."""
     if not device.is_cuda:
         host = host_free_bytes()
         free = int(host * settings.memory_headroom) if host is not None else None
         check_can_run(case, backend, device, free, settings)
         return free
+    why = refusal(backend, case, device)
+    if why:  # refused: no memory question to ask
+        raise CaseSkipped(why)
     free = int(gpu_free_bytes() * settings.memory_headroom)
-    try:
-        check_can_run(case, backend, device, free, settings)
-    except CaseSkipped:
+    if required_bytes(case, backend, device) > free:
         _release(device)
         free = int(gpu_free_bytes() * settings.memory_headroom)
-        check_can_run(case, backend, device, free, settings)
+    check_can_run(case, backend, device, free, settings)
     return free
 
 
