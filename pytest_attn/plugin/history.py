@@ -121,19 +121,23 @@ class SavingGuard:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> Generator[None, None, None]:
+        attn = self.config.stash.get(ATTN_SESSION, None)
+        active = attn is not None and attn.active
+        before = {p: p.stat().st_mtime_ns for p in self._targets() if p.is_file()} if active else {}
         try:
             return (yield)
         except Exception as exc:
-            attn = self.config.stash.get(ATTN_SESSION, None)
-            if attn is None or not attn.active:  # not an attention run: the error as it was
+            if not active:  # not an attention run: the error as it was
                 raise
-            self._after(session, exc)
+            self._after(session, exc, before)
             return None
 
-    def _after(self, session: pytest.Session, exc: Exception) -> None:
-        """The end of an attention run failed: remove what it cut short, say what and why, set the status
-        (4 for a file that could not be written, 3 -- pytest's internal error -- for anything else)."""
-        removed = [p for p in sorted(self._targets()) if p.is_file() and not _whole_json(p)]
+    def _after(self, session: pytest.Session, exc: Exception, before: dict[Path, int]) -> None:
+        """The end of an attention run failed: remove what it cut short (a file it wrote that is not whole
+        JSON; others' files are left alone), say what and why, set the status (4 for a file that could not be
+        written, 3 -- pytest's internal error -- for anything else)."""
+        removed = [p for p in sorted(self._targets())
+                   if p.is_file() and before.get(p) != p.stat().st_mtime_ns and not _whole_json(p)]
         for path in removed:
             path.unlink(missing_ok=True)
         gone = f"; {', '.join(map(str, removed))} cut short and removed (no truncated JSON left)" if removed else ""
