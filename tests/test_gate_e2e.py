@@ -283,6 +283,33 @@ def test_a_benchmark_json_path_that_cannot_be_written_stops_the_run_at_start_up(
     assert run("--benchmark-json=out.json").ret == pytest.ExitCode.OK
 
 
+def test_a_benchmark_json_opened_by_an_older_pytest_benchmark_is_taken_as_it_is(run, pytester):
+    """pytest-benchmark <= 5.2 parses --benchmark-json with argparse.FileType("wb"): the option is a file it
+    opened (on the GPU machine the start-up check crashed on it with an INTERNALERROR). This one's save
+    takes a path, so the run stops short of saving (--benchmark-disable): start-up is what is tested."""
+    import types
+
+    from pytest_attn.plugin.session import benchmark_json_path
+
+    pytester.makeconftest(CONFTEST + '''
+
+import pytest
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    path = config.getoption("benchmark_json", None)
+    if path is not None and not hasattr(path, "write"):
+        config.option.benchmark_json = open(path, "wb")  # what argparse.FileType("wb") gives
+''')
+    result = run("--benchmark-json=out.json", "--benchmark-disable")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str() + result.stderr.str()
+    with open(pytester.path / "f.json", "wb") as opened:
+        for given in (opened, "f.json", pytester.path / "f.json"):
+            config = types.SimpleNamespace(getoption=lambda name, default=None, given=given: given)
+            assert benchmark_json_path(config).name == "f.json"
+
+
 class _FullDisk:
     """A file on a disk with 4 KiB left: the first 4 KiB land, then ENOSPC (the file is left cut short)."""
 

@@ -21,7 +21,15 @@ import pytest
 
 from ..backends.base import refusal
 from ..verdicts.runs import partial_note
-from .session import ATTN_SESSION, SHARD, SIGNAL_GUARD, AttnSession, attn_session, case_of_item
+from .session import (
+    ATTN_SESSION,
+    SHARD,
+    SIGNAL_GUARD,
+    AttnSession,
+    attn_session,
+    benchmark_json_path,
+    case_of_item,
+)
 
 PARTIAL = pytest.StashKey[dict[str, Any]]()
 HISTORY_NOTES = pytest.StashKey["list[str]"]()
@@ -111,9 +119,9 @@ class SavingGuard:
     def _targets(self) -> set[Path]:
         """The files pytest-benchmark may write: the ``--benchmark-json`` file and the runs in file storage."""
         found = set()
-        json_path = self.config.getoption("benchmark_json", None)
-        if json_path:
-            found.add(Path(str(json_path)))
+        json_path = benchmark_json_path(self.config)
+        if json_path is not None:
+            found.add(json_path)
         storage = str(self.config.getoption("benchmark_storage", "") or "")
         if storage.startswith("file://") and Path(storage[7:]).is_dir():
             found.update(Path(storage[7:]).rglob("*.json"))

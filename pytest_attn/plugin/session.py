@@ -276,6 +276,18 @@ def _cpu_threads(option: str | int, has_gpu: bool) -> str:
     return f"{set_torch_threads(int(option))} (--attn-cpu-threads)"
 
 
+def benchmark_json_path(config: pytest.Config) -> Path | None:
+    """Where ``--benchmark-json`` writes: pytest-benchmark 5.3 keeps the path it was given, earlier
+    releases (5.2 and before, ``argparse.FileType("wb")``) a file they opened while parsing it."""
+    given = config.getoption("benchmark_json", None)
+    if given is None:
+        return None
+    if isinstance(given, (str, Path)):
+        return Path(given)
+    name = getattr(given, "name", None)  # an open file
+    return Path(name) if isinstance(name, str) else None
+
+
 def case_of_item(item: pytest.Item) -> AttnCase | None:
     """The case a parametrized attention test measures (its first AttnCase parameter), or None."""
     if "attn_bench" not in getattr(item, "fixturenames", ()):
