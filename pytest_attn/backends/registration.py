@@ -57,9 +57,15 @@ def register_from_hooks(registry: Registry, hook_impls: Iterable[Any], config: A
             impl.function(**{name: offered[name] for name in impl.argnames if name in offered})
         except RegistryError as exc:
             raise RegistryError(f"{source}: {exc}") from None
-        for name in registry.names():
-            if name not in before and getattr(impl.plugin, "__file__", None):
-                registry.set_origin(name, impl.plugin.__file__)
+        if getattr(impl.plugin, "__file__", None):
+            _mark_origin(registry, before, impl.plugin.__file__)
+
+
+def _mark_origin(registry: Registry, before: set[str], path: str) -> None:
+    """The back ends registered since ``before`` came from the file ``path``."""
+    for name in registry.names():
+        if name not in before:
+            registry.set_origin(name, path)
 
 
 def register_from_file(registry: Registry, path: str) -> None:
@@ -84,4 +90,6 @@ def register_from_file(registry: Registry, path: str) -> None:
     hook = getattr(module, "pytest_attn_register_backends", None)
     if hook is None:
         raise RegistryError(f"--backends-from {path}: it has no pytest_attn_register_backends(registry, config)")
+    before = set(registry.names())
     hook(registry=registry, config=None)
+    _mark_origin(registry, before, str(file))

@@ -35,9 +35,6 @@ def main(argv: list[str] | None = None) -> int:
         register_entry_points(registry)
         for path in args.backends_from:
             register_from_file(registry, path)
-            for name in registry.names():
-                if registry.origin(name) is None and name not in builtin_registry().names():
-                    registry.set_origin(name, path)
     except RegistryError as exc:
         print(f"python -m pytest_attn.fuzz: {exc}", file=sys.stderr)
         return 2
