@@ -1,0 +1,83 @@
+"""Paired A/B (pytest_attn.verdicts.paired) against a clock whose speed drifts +-5 % over the run: pairing
+calls a 2 % difference in every case and never an A/A; the same blocks compared run against run cannot."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from pytest_attn.verdicts.gate import verdict
+from pytest_attn.verdicts.paired import AB_THRESHOLD, paired
+
+CASES = 200
+BLOCKS = 8  # blocks per arm and case
+BLOCK_S = 2.0  # seconds of the run one block takes
+
+
+def drifting_speed(t_s: float, run_s: float) -> float:
+    """The GPU's slowness at time t: +-5 % over the run (a clock sagging as the GPU warms, then recovering)."""
+    return 1 + 0.05 * math.sin(2 * math.pi * t_s / run_s)
+
+
+def simulate(b_factor: float, seed: int = 0) -> tuple[list[list[float]], list[list[float]], list[list[float]]]:
+    """Per case: A's and B's blocks paired ABBA (adjacent in time), and B's blocks as a second run after
+    all of A's (run against run). Each block's time: the case's own time x the drift x 0.3 % noise."""
+    rng = random.Random(seed)
+    times = [rng.uniform(20e-6, 2e-3) for _ in range(CASES)]
+    run_s = CASES * BLOCKS * 2 * BLOCK_S
+    clock = 0.0
+
+    def block(true_s: float) -> float:
+        nonlocal clock
+        clock += BLOCK_S
+        return true_s * drifting_speed(clock, run_s) * (1 + rng.gauss(0, 0.003))
+
+    a_paired, b_paired = [], []
+    for t in times:  # ABBA...: the arms take turns, block by block
+        a_s, b_s = [], []
+        for i in range(BLOCKS):
+            first, second = (a_s, b_s) if i % 2 == 0 else (b_s, a_s)
+            first.append(block(t * (b_factor if first is b_s else 1)))
+            second.append(block(t * (b_factor if second is b_s else 1)))
+        a_paired.append(a_s)
+        b_paired.append(b_s)
+    clock = 0.0
+    run_a = [[block(t) for _ in range(BLOCKS)] for t in times]  # one whole run, then the other
+    run_b = [[block(t * b_factor) for _ in range(BLOCKS)] for t in times]
+    return a_paired, b_paired, [*run_a, *run_b]
+
+
+def unpaired(a_s: list[float], b_s: list[float]) -> str:
+    """Run against run: the medians' change, judged on the runs' own (within-run) noise."""
+    a, b = sorted(a_s)[len(a_s) // 2], sorted(b_s)[len(b_s) // 2]
+    sigma = math.hypot(*(0.003 / math.sqrt(len(x)) for x in (a_s, b_s)))
+    return verdict(b / a - 1, sigma, AB_THRESHOLD)
+
+
+def test_paired_calls_two_percent_in_every_case_and_an_a_a_never():
+    a_s, b_s, _ = simulate(1.02)
+    results = [paired(f"case{i}", a, b) for i, (a, b) in enumerate(zip(a_s, b_s, strict=True))]
+    assert [r.verdict for r in results] == ["SLOWER"] * CASES
+    assert all(0.015 < r.change < 0.025 and r.interval()[0] > 0 for r in results)
+    a_s, b_s, _ = simulate(1.0, seed=1)
+    same = [paired(f"case{i}", a, b).verdict for i, (a, b) in enumerate(zip(a_s, b_s, strict=True))]
+    assert "SLOWER" not in same and "FASTER" not in same
+
+
+def test_the_same_drift_compared_run_against_run_is_not_called():
+    _, _, runs = simulate(1.02)
+    verdicts = [unpaired(runs[i], runs[CASES + i]) for i in range(CASES)]
+    assert verdicts.count("SLOWER") < CASES * 0.9  # the drift between the runs hides or fakes the 2 %
+    _, _, runs = simulate(1.0, seed=1)
+    alarms = [unpaired(runs[i], runs[CASES + i]) for i in range(CASES)]
+    assert alarms.count("SLOWER") + alarms.count("FASTER") > 0  # an A/A run against run: false alarms
+
+
+def test_pairs_are_checked():
+    with pytest.raises(ValueError, match="3 blocks of A against 2 of B"):
+        paired("x", [1.0, 1.0, 1.0], [1.0, 1.0])
+    with pytest.raises(ValueError, match="finite and positive"):
+        paired("x", [1.0, 0.0], [1.0, 1.0])
+    assert paired("x", [1.0], [1.1]).verdict == "AMBIGUOUS"  # one pair: its noise is unknown
