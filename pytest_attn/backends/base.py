@@ -127,6 +127,12 @@ class Registry:
     def set_origin(self, name: str, path: str) -> None:
         self._origins[name] = path
 
+    def wrapped(self, wrap: Callable[[Backend], Any]) -> Registry:
+        """A registry of every back end wrapped (e.g. slowed on purpose), each keeping its name's origin."""
+        out = Registry(wrap(b) for b in self)
+        out._origins = dict(self._origins)
+        return out
+
     def register(self, backend: Any) -> None:
         missing = [attr for attr in REQUIRED if not hasattr(backend, attr)]
         if missing:

@@ -29,7 +29,7 @@ from ..verdicts.fingerprint import Fingerprint
 from ..verdicts.gating import Outcome, by_device, gate
 from ..verdicts.reports import markdown, write_reports
 from .benchjson import run_json
-from .session import ATTN_SESSION, CPU_THREADS, GATE_LINES, AttnSession, benchmark_json_path
+from .session import ATTN_SESSION, CPU_THREADS, GATE_LINES, AttnSession
 
 GIVEN_BASELINE = pytest.StashKey[dict[str, Any]]()
 
@@ -72,10 +72,9 @@ def pytest_configure(config: pytest.Config) -> None:
     session = config.stash.get(ATTN_SESSION, None)
     if session is None:
         return
-    json_path = benchmark_json_path(config)
-    opened = not isinstance(config.getoption("benchmark_json", None), (str, Path))  # pytest-benchmark <= 5.2
-    if json_path is not None and not opened and not hasattr(config, "workerinput"):
-        writable_file(json_path, "--benchmark-json")
+    json_given = config.getoption("benchmark_json", None)  # pytest-benchmark <= 5.2: a file it opened itself
+    if isinstance(json_given, (str, Path)) and not hasattr(config, "workerinput"):
+        writable_file(Path(json_given), "--benchmark-json")
     gate_options = session.gate
     if gate_options.save and gate_options.add:
         raise pytest.UsageError("--attn-save-baseline and --attn-add-to-baseline: give one (save records a new"

@@ -88,13 +88,7 @@ class AttnSession:
         except RegistryError as exc:
             raise pytest.UsageError(f"registering back ends: {exc}") from None
         slowdown = self.options.inject_slowdown
-        if not slowdown:
-            return registry
-        slowed = Registry([SlowedBackend(b, slowdown) for b in registry])
-        for name in registry.names():
-            if registry.origin(name):
-                slowed.set_origin(name, registry.origin(name) or "")
-        return slowed
+        return registry.wrapped(lambda b: SlowedBackend(b, slowdown)) if slowdown else registry
 
     @cached_property
     def backends(self) -> tuple[str, ...]:
