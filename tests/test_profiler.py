@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 from pytest_attn.backends import builtin_registry  # noqa: E402
 from pytest_attn.core.case import AttnCase  # noqa: E402
 from pytest_attn.core.device import DeviceInfo  # noqa: E402
-from pytest_attn.engine import profiler, runner  # noqa: E402
+from pytest_attn.engine import measure, profiler, runner  # noqa: E402
 from pytest_attn.engine.runner import RunSettings  # noqa: E402
 from pytest_attn.engine.stopping import StopRule, WarmupRule  # noqa: E402
 
@@ -67,7 +67,7 @@ def test_nvtx_ranges_wrap_warm_up_and_samples(monkeypatch):
 
 def test_runner_emits_ranges_named_by_test_id(monkeypatch):
     seen = []
-    monkeypatch.setattr(runner, "nvtx_range", lambda name, enabled: _Record(seen, name, enabled))
+    monkeypatch.setattr(measure, "nvtx_range", lambda name, enabled: _Record(seen, name, enabled))
     case = AttnCase.dense(backend="sdpa-math", shape="t", batch=1, seqlen_q=8, heads_q=2, head_dim=8, dtype="fp32")
     cpu = DeviceInfo(kind="cpu", name="cpu", torch_version="x")
     settings = RunSettings(stop=StopRule(min_samples=5, max_time_s=0.05), warmup=WarmupRule(max_time_s=0.05))

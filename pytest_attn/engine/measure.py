@@ -1,0 +1,253 @@
+"""Measuring one case: set up (inputs, the back end's call, the check against the reference), warm up,
+choose and build the timer (:func:`prepare`), sample (:func:`measure`), and the result record
+(:func:`record_of`). The one-process runner (:mod:`.runner`) samples until its stop rule is met; an A/B arm
+(:mod:`.arm`) samples in blocks, in turn with the other arm, and builds its record from all of them."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from ..backends.base import Backend
+from ..core import flops
+from ..core.case import AttnCase
+from ..core.device import DeviceInfo
+from ..core.kernel_names import KernelCall
+from ..core.metrics import figures
+from ..core.record import Check, Clocks, Record, Timing, TimingCheck
+from ..core.stats import median, relative_drift, relative_precision
+from ..core.throttle import assess
+from ..oracle.cache import check_cache
+from ..oracle.checks import check_finite, check_rows, only_rows_with_keys
+from ..oracle.grad_check import check_grad_rows
+from .inputs import make_inputs, make_step, torch_device
+from .nvml import Nvml
+from .profiler import nvtx_range, peak_memory_bytes, profile_kernels, profiled_kernel_time, write_trace
+from .sampling import Sampling, WarmupReport, sample_until, warm_up
+from .settings import CaseFailed, CaseSkipped, RunSettings, required_bytes
+from .timers import (
+    BuiltTimer,
+    CaptureError,
+    CpuTimer,
+    CudaEventTimer,
+    L2Flush,
+    build_timer,
+    choose_timer,
+    input_sets,
+    l2_condition,
+)
+
+T = TypeVar("T")
+
+
+# ---- setting up -----------------------------------------------------------------------------------
+def _setup(case: AttnCase, backend: Backend, device: DeviceInfo,
+           settings: RunSettings) -> tuple[Callable[[], Any], Check | None]:
+    """The first input set's step, after the checks of one call: every output and gradient element
+    finite, sampled rows of every sequence against the reference (output, and gradients for fwd+bwd)."""
+    import torch
+
+    first = make_inputs(case, backend.layout, torch_device(device), requires_grad=case.direction == "fwd+bwd",
+                        seed=0)
+    forward = backend.prepare(case, first)  # may raise Unsupported with the library's words
+    def call() -> tuple[Any, tuple[Any, ...] | None, float]:
+        t0 = time.perf_counter()
+        with torch.set_grad_enabled(case.direction == "fwd+bwd"):
+            out = forward()
+            grads = tuple(torch.autograd.grad(out, (first.q, first.k, first.v), first.grad_out)) \
+                if case.direction == "fwd+bwd" else None
+        _sync(device)
+        return out, grads, time.perf_counter() - t0
+
+    out, grads, took = call()
+    if not device.is_cuda and took > settings.cpu_call_limit_s:
+        # the process's first call pays one-time costs (autograd's threads, torch's kernels loading): judge a second
+        out, grads, took = call()
+        _refuse_slow_cpu_call(case, took, settings)
+    check = _check(case, first, out.detach(), backend.layout, grads) if settings.verify else None
+    view = getattr(forward, "cache", None)
+    if settings.verify and view is not None:
+        problem = check_cache(case, first.k, first.v, view)
+        if problem:
+            raise CaseFailed(f"{case.id} writes its KV cache wrongly before timing: {problem}")
+        check = dataclasses.replace(check, cache=f"the cache of {case.batch} requests, position by position") \
+            if check is not None else None
+    del out, grads
+    return make_step(case, forward, first), check
+
+
+def _sync(device: DeviceInfo) -> None:
+    if device.is_cuda:
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def _check(case: AttnCase, inputs: Any, out: Any, layout: str, grads: tuple[Any, ...] | None) -> Check:
+    """The checks of :func:`_setup`; raises :class:`CaseFailed` with the first problem found."""
+    t0 = time.perf_counter()
+    tensors = {"out": out, **(dict(zip(("dq", "dk", "dv"), grads, strict=True)) if grads else {})}
+    problem = check_finite(only_rows_with_keys(case, layout, tensors))
+    if problem is not None:
+        raise CaseFailed(problem.message(case))
+    rows = check_rows(case, inputs, out, layout)
+    if not rows.ok:
+        raise CaseFailed(rows.message(case))
+    summary = rows.summary()
+    if grads is not None:
+        grad = check_grad_rows(case, inputs, out, layout, grads)  # type: ignore[arg-type]
+        if not grad.ok:
+            raise CaseFailed(grad.message(case))
+        summary = dataclasses.replace(summary, grad_rows=grad.rows_checked, grad_max_error=grad.max_error,
+                                      grad_allowed=grad.allowed, grad_tensor=grad.tensor,
+                                      grad_kv_heads=grad.kv_heads_checked)
+    return dataclasses.replace(summary, seconds=time.perf_counter() - t0)
+
+
+def _refuse_slow_cpu_call(case: AttnCase, step_s: float, settings: RunSettings) -> None:
+    """A CPU case whose timed step takes longer than a call may here: measuring it would take some 20
+    calls, and a call in torch's C++ cannot be interrupted."""
+    if step_s > settings.cpu_call_limit_s:
+        raise CaseSkipped(
+            f"one call takes {step_s:.1f} s on this CPU, over the {settings.cpu_call_limit_s:g} s a call may take"
+            " here (a measurement makes some 20 calls); skipped. Run it on a GPU, or use --attn-profile=cpu"
+            " (tiny shapes)")
+
+
+def _timer(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings, free: int | None,
+           step: Callable[[], Any]) -> tuple[BuiltTimer, WarmupReport, L2Flush | None]:
+    """Warm up with the call being timed, then the timer its length calls for."""
+    flush = L2Flush(device.l2_bytes, torch_device(device)) if device.is_cuda else None
+    report = warm_up(CpuTimer([step]).sample if flush is None else CudaEventTimer([step], flush).sample,
+                     settings.warmup)
+
+    def more_sets(have: int) -> list[Callable[[], Any]]:
+        per_set = flops.min_bytes(case)
+        sets = input_sets(per_set, device.l2_bytes)
+        if free is not None and device.is_cuda:  # extra copies may use half of what the first one left free
+            sets = max(1, min(sets, (free - required_bytes(case, backend, device)) // (2 * per_set)))
+        out = []
+        for seed in range(have, sets):
+            extra = make_inputs(case, backend.layout, torch_device(device),
+                                requires_grad=case.direction == "fwd+bwd", seed=seed)
+            out.append(make_step(case, backend.prepare(case, extra), extra))
+        return out
+
+    kind = choose_timer(settings.timer, device.is_cuda, report.estimate_s)
+    return build_timer(kind, [step], report.estimate_s, flush, more_sets), report, flush
+
+
+
+
+@dataclass
+class Prepared:
+    """A case ready to sample: checked, warm, its timer built (see :func:`prepare`)."""
+
+    case: AttnCase
+    backend: Backend
+    device: DeviceInfo
+    settings: RunSettings
+    label: str
+    step: Callable[[], Any]
+    check: Check | None
+    built: BuiltTimer
+    warmup: WarmupReport
+    flush: L2Flush | None
+    started: float
+    setup_s: float
+    prepare_s: float
+
+
+def prepare(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings, free: int | None,
+            label: str) -> Prepared:
+    """Inputs, the back end's call, the check against the reference, warm-up and the timer: everything
+    before the first sample. Raises CaseFailed (a wrong result, a graph that cannot be captured)."""
+    started = time.perf_counter()
+    step, check = _setup(case, backend, device, settings)
+    setup_s = time.perf_counter() - started
+    with nvtx_range(f"{label} warm-up", device.is_cuda):
+        try:
+            built, warmup, flush = _timer(case, backend, device, settings, free, step)
+        except CaptureError as exc:
+            raise CaseFailed(f"{case.id}: not timed: {exc}") from None
+    return Prepared(case, backend, device, settings, label, step, check, built, warmup, flush, started, setup_s,
+                    time.perf_counter() - started)
+
+
+def measure(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings, free: int | None,
+            label: str, nvml: Nvml) -> Record:
+    """One case measured: :func:`prepare`, samples until the stop rule is met, the record."""
+    ready = prepare(case, backend, device, settings, free, label)
+    with nvtx_range(f"{label} samples", device.is_cuda):
+        sampling = sample_until(ready.built.timer, settings.stop, read_sm_clock=nvml.sm_clock_mhz,
+                                read_reasons=nvml.clocks_event_reasons)
+    return record_of(ready, sampling)
+
+
+def record_of(p: Prepared, sampling: Sampling) -> Record:
+    """The result record of a prepared case and its samples (throttled ones dropped where asked)."""
+    case, device, settings, built = p.case, p.device, p.settings, p.built
+    keep, throttle = assess(sampling.sample_reasons, sampling.sample_clocks, device.max_sm_clock_mhz,
+                            drop=settings.drop_throttled)
+    samples = [sampling.samples_s[i] for i in keep]
+    clocks = [c for i in keep if (c := sampling.sample_clocks[i])]
+    diagnostics = _diagnostics(p.step, device, settings, p.label)
+    timing_check = None
+    if settings.verify_timing and device.is_cuda:
+        timing_check = TimingCheck(median(samples), profiled_kernel_time(built.timer, p.flush))
+    work = flops.work(case)
+    clocks_seen = Clocks.of(clocks, settings.clock_lock, throttle)
+    replay = getattr(built.timer, "replay_s", [])
+    return Record(
+        test=p.label if p.label != case.id else "",
+        case=case,
+        device=device,
+        timing=Timing(tuple(samples), median(samples), relative_precision(samples), sampling.stop_reason, built.kind,
+                      built.note, built.timer.calls_per_sample, built.input_sets, p.warmup.calls, p.warmup.elapsed_s,
+                      p.warmup.settled, prepare_s=p.prepare_s, elapsed_s=time.perf_counter() - p.started,
+                      setup_s=p.setup_s, graph_replay_s=median(replay) if replay else None,
+                      drift=relative_drift(samples), capture=built.capture,
+                      l2=l2_condition(built.kind, built.input_sets, flops.min_bytes(case), device.l2_bytes)),
+        work=work,
+        figures=figures(work, median(samples), device.peak(case.dtype, settings.peak_tflops),
+                        clocks_seen.sm_clock_mhz),
+        clocks=clocks_seen,
+        check=p.check,
+        kernels=tuple(diagnostics["kernels"]),
+        expression=_expression(p.backend, case),
+        peak_memory_bytes=diagnostics["peak_memory"],
+        timing_check=timing_check,
+    )
+
+
+def _diagnostics(step: Callable[[], Any], device: DeviceInfo, settings: RunSettings, label: str) -> dict[str, Any]:
+    """Kernel names, peak memory and the trace: diagnostics, whose failure leaves a field empty and never
+    fails the measured case (the profiler may lack CUPTI; a trace folder may vanish mid-run)."""
+    out: dict[str, Any] = {"kernels": [], "peak_memory": None}
+    if device.is_cuda:
+        no_kernels: list[KernelCall] = []
+        out["kernels"] = _quietly(lambda: profile_kernels(step), no_kernels)
+        out["peak_memory"] = _quietly(lambda: peak_memory_bytes(step), None)
+    if settings.trace_dir is not None:
+        path = settings.trace_dir / f"{_file_name(label)}.json"
+        _quietly(lambda: write_trace(step, path), None)
+    return out
+
+
+def _quietly(fn: Callable[[], T], default: T) -> T:
+    try:
+        return fn()
+    except Exception:
+        return default
+
+
+def _file_name(label: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in label)[:200]
+
+
+def _expression(backend: Backend, case: AttnCase) -> str:
+    describe = getattr(backend, "expression", None)
+    return describe(case) if callable(describe) else ""
