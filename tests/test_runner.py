@@ -253,16 +253,16 @@ def test_on_a_gpu_a_garbage_collection_runs_only_when_a_case_would_not_fit(monke
     released = []
     monkeypatch.setattr(runner, "gpu_free_bytes", lambda: free["bytes"])
     monkeypatch.setattr(runner, "_release", lambda device: released.append(device) or free.update(bytes=10 * need))
-    assert runner._make_room(small, SdpaBackend("math"), gpu, FAST) == int(10 * need * FAST.memory_headroom)
+    assert runner.make_room(small, SdpaBackend("math"), gpu, FAST) == int(10 * need * FAST.memory_headroom)
     assert released == []  # it fits: no collection
     free["bytes"] = need // 2  # the previous case's memory still held, until a collection frees it
-    assert runner._make_room(small, SdpaBackend("math"), gpu, FAST) == int(10 * need * FAST.memory_headroom)
+    assert runner.make_room(small, SdpaBackend("math"), gpu, FAST) == int(10 * need * FAST.memory_headroom)
     assert released == [gpu]
     monkeypatch.setattr(runner, "_release", lambda device: released.append(device))  # nothing to free
     free["bytes"] = need // 2
     with pytest.raises(CaseSkipped, match="GiB of GPU memory"):
-        runner._make_room(small, SdpaBackend("math"), gpu, FAST)
+        runner.make_room(small, SdpaBackend("math"), gpu, FAST)
     released.clear()
     with pytest.raises(CaseSkipped, match="no CUDA"):  # refused by its back end: no collection for that
-        runner._make_room(small, FakeBackend(reason="no CUDA here"), gpu, FAST)
+        runner.make_room(small, FakeBackend(reason="no CUDA here"), gpu, FAST)
     assert released == []

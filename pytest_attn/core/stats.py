@@ -91,3 +91,16 @@ def relative_spread(values: Sequence[float]) -> float | None:
         return None
     var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
     return math.sqrt(var) / mean
+
+
+def paired_log_ratio(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
+    """(mean, standard error) of ``log(b_i / a_i)`` over pairs of positive values; the error is inf
+    with one pair (one pair cannot say how much the ratio varies)."""
+    if len(a) != len(b) or not a:
+        raise ValueError(f"{len(a)} values of A against {len(b)} of B; pair them one to one")
+    logs = [math.log(y / x) for x, y in zip(a, b, strict=True)]
+    n = len(logs)
+    mean = sum(logs) / n
+    if n < 2:
+        return mean, math.inf
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in logs) / (n - 1)) / math.sqrt(n)

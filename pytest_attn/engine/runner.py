@@ -104,7 +104,7 @@ def _guarded(case: AttnCase, backend: Backend, device: DeviceInfo, settings: Run
              work: Callable[[int | None], T]) -> T:
     """``work(free_bytes)`` after the can-it-run checks; any failure becomes CaseSkipped or CaseFailed
     once the case's memory is released."""
-    free = _make_room(case, backend, device, settings)
+    free = make_room(case, backend, device, settings)
     skipped: str | None = None
     failed: str | None = None
     try:
@@ -114,7 +114,7 @@ def _guarded(case: AttnCase, backend: Backend, device: DeviceInfo, settings: Run
     except CaseFailed as exc:
         failed = str(exc)
     except Exception as exc:
-        failed = _describe_failure(case, exc)
+        failed = describe_failure(case, exc)
     if skipped is not None:  # refused before much was made: the next case collects only if it is short
         raise CaseSkipped(skipped)
     # A failure's frames (holding the case's tensors, an out-of-memory maybe) are gone here: free them now.
@@ -122,7 +122,7 @@ def _guarded(case: AttnCase, backend: Backend, device: DeviceInfo, settings: Run
     raise CaseFailed(failed)
 
 
-def _make_room(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings) -> int | None:
+def make_room(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings) -> int | None:
     """:func:`check_can_run` with the memory free now; on a GPU where the case would not fit, once more after
     a garbage collection and emptying torch's cache (the previous case's cycles, blocks torch keeps). A full
     collection with torch loaded takes ~0.2 s: before every case it was a third of a warm smoke run on an
@@ -151,7 +151,7 @@ def gpu_free_bytes() -> int:
     return int(torch.cuda.mem_get_info()[0])
 
 
-def _describe_failure(case: AttnCase, exc: Exception) -> str:
+def describe_failure(case: AttnCase, exc: Exception) -> str:
     head = f"{case.id} failed: {type(exc).__name__}: {exc}"
     if "out of memory" in str(exc).lower():
         head += (f"\nThe case needed more GPU memory than the estimate ({case.describe()}); "

@@ -14,7 +14,7 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -33,6 +33,7 @@ from ..verdicts.fingerprint import fingerprint_of
 from ..verdicts.peers import peers_of
 from ..verdicts.table import render, time_lines
 from . import hookspecs
+from .ab import ab_run, hand_over
 from .benchjson import benchmark_metadata
 from .options import AttnOptions, add_options, given
 from .progress import Progress
@@ -232,8 +233,9 @@ def attn_bench(request: pytest.FixtureRequest, benchmark: Any, attn_device: Devi
     # records to the controller; only a --benchmark-disable the user gave means "check, do not time"
     worker = is_worker(config)
     check_only = config.getoption("benchmark_disable") if worker else benchmark.disabled
+    ab = ab_run(config)
 
-    def skip(reason: str) -> None:
+    def skip(reason: str) -> NoReturn:
         session.skips.append(reason.splitlines()[0])
         if worker:
             request.node.user_properties.append((SKIP_PROPERTY, reason.splitlines()[0]))
@@ -241,24 +243,28 @@ def attn_bench(request: pytest.FixtureRequest, benchmark: Any, attn_device: Devi
 
     def run(case: AttnCase) -> Record | None:
         backend = session.registry.get(case.backend)
-        blocked = session.compiled.blocked.get(case.id)
-        if blocked:
+        if blocked := session.compiled.blocked.get(case.id):
             skip(blocked)
+        label = record_name(request.node.nodeid, config)
         try:
             if check_only:  # --benchmark-disable: checked and run once, nothing timed
-                if worker:
+                if ab is not None:  # by both arms
+                    ab.check(session, case, label)
+                elif worker:
                     check_case(case, backend, attn_device, session.settings)
                 else:
                     benchmark.pedantic(check_case, (case, backend, attn_device, session.settings), rounds=1)
                 return None
-            record = run_case(case, backend, attn_device, session.settings,
-                              label=record_name(request.node.nodeid, config), nvml=session.nvml)
+            record = ab.measure(session, case, label) if ab is not None else \
+                run_case(case, backend, attn_device, session.settings, label=label, nvml=session.nvml)
         except CaseSkipped as exc:
             skip(str(exc))
         except CaseFailed as exc:
             pytest.fail(str(exc), pytrace=False)
         record = _with_session_figures(session, record)
         _hand_over(request, benchmark, session, record, worker)
+        if ab is not None:
+            hand_over(ab, request, benchmark.extra_info, worker)
         _check_kernel_marker(request, record, attn_device)
         return record
 

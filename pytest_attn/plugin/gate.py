@@ -29,7 +29,7 @@ from ..verdicts.fingerprint import Fingerprint
 from ..verdicts.gating import Outcome, by_device, gate
 from ..verdicts.reports import markdown, write_reports
 from .benchjson import run_json
-from .session import ATTN_SESSION, CPU_THREADS, GATE_LINES, AttnSession
+from .session import AB_RUN, ATTN_SESSION, CPU_THREADS, GATE_LINES, AttnSession
 
 GIVEN_BASELINE = pytest.StashKey[dict[str, Any]]()
 
@@ -99,8 +99,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     attn = config.stash.get(ATTN_SESSION, None)
     if attn is None or not attn.records or hasattr(config, "workerinput"):  # a worker: the controller gates
         return
-    if attn.gate.baseline == "off" and not (attn.gate.save or attn.gate.add):
-        return
+    if (attn.gate.baseline == "off" and not (attn.gate.save or attn.gate.add)) or config.stash.get(AB_RUN, None):
+        return  # (an A/B run judges B against A: plugin.ab)
     lines = config.stash[GATE_LINES]
     groups = by_device(attn.records, config.stash.get(CPU_THREADS, None))
     statuses = []

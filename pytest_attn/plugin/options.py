@@ -23,9 +23,11 @@ from ..core.adhoc import AdhocError, parse_case
 from ..core.case import DIRECTIONS, DTYPES
 from ..core.catalog import PROFILES, Variant
 from ..core.percent import parse_percent
+from ..engine.armspec import parse_ab
 from ..engine.clocks import LockRequest, parse_lock
 from ..engine.timers import TIMER_KINDS
 from ..verdicts.gate import DEFAULT_THRESHOLD, parse_fail_on, parse_override
+from ..verdicts.paired import AB_THRESHOLD
 
 T = TypeVar("T")
 
@@ -162,6 +164,8 @@ threshold_for = _converter("--attn-threshold-for", _override)
 cpu_threads = _converter("--attn-cpu-threads", _threads)
 fail_on = _converter("--attn-fail-on", parse_fail_on)
 shard = _converter("--attn-shard", _shard)
+ab_arms = _converter("--attn-ab", lambda t: parse_ab(t, Path.cwd()))
+ab_threshold = _converter("--attn-ab-threshold", lambda t: parse_percent(t, "--attn-ab-threshold", upper=10.0))
 
 
 def _add(group: Any, flag: str, default: Any, **kwargs: Any) -> None:
@@ -265,6 +269,15 @@ def _add_gate_options(g: Any) -> None:
          help="with --attn-save-baseline: replace a baseline recorded on another GPU, or a corrupt one")
     _add(g, "--attn-report", None, type=Path, metavar="DIR",
          help="write summary.md, results.csv and plots (TFLOP/s vs length, roofline) into DIR")
+    _add(g, "--attn-ab", None, type=ab_arms, metavar="ARM_A,ARM_B",
+         help="paired A/B: measure every case in two worker processes taking turns on this GPU, block by block,"
+              " and judge B against A (no stored baseline). An arm: same (this environment), a folder (put"
+              " first on PYTHONPATH: a checkout or a pip --target prefix) or a python executable (a"
+              " virtualenv's); +slowdown=PCT or +backend=NAME modify it. E.g. /tmp/main-site,. or"
+              " same,same+slowdown=2%%")
+    _add(g, "--attn-ab-threshold", AB_THRESHOLD, type=ab_threshold, metavar="PCT",
+         help="with --attn-ab: a change must exceed this (and the pairs' noise) to be SLOWER/FASTER"
+              " (default 2%%)")
 
 
 def given(config: pytest.Config) -> list[str]:

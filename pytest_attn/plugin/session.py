@@ -199,8 +199,9 @@ class AttnSession:
         self.records = [record if r.name == record.name else r for r in self.records]
         info = self.extra_infos.get(record.name)
         if info is not None:
+            kept = {k: info[k] for k in ("attn_ab",) if k in info}  # an A/B outcome (plugin.ab) stays
             info.clear()
-            info.update(record.to_json())
+            info.update(record.to_json(), **kept)
 
 
 ATTN_SESSION = pytest.StashKey[AttnSession]()
@@ -214,6 +215,8 @@ GATE_LINES = pytest.StashKey["list[str]"]()
 PINNED = pytest.StashKey[tuple[int, str]]()  # a pytest-xdist worker: (its GPU's place among the run's, UUID)
 SHARD = pytest.StashKey[dict[str, Any]]()  # --attn-shard: what the run's JSON records (workers.shard_mark)
 SIGNAL_GUARD = pytest.StashKey[Any]()  # .signals.SignalsAsInterrupt, while the cases run
+AB_RUN = pytest.StashKey[Any]()  # --attn-ab: the plugin.ab.AbRun of this process
+AB_LINES = pytest.StashKey[list[str]]()  # --attn-ab: the A/B summary, once the session finished
 CPU_THREADS = pytest.StashKey[str]()  # what torch's CPU thread count was set to, and why (for the summary)
 
 

@@ -11,19 +11,24 @@ and 1 %. ``tests/test_paired.py`` simulates a clock whose speed drifts +-5 % ove
 difference is SLOWER in 200 of 200 cases and an A/A never is; the same blocks compared run against run
 are not (drift lands in the difference).
 
-Not yet wired to a command: the two-worker runner (``--attn-ab``) that produces the blocks is issue 27.
+The blocks come from ``--attn-ab`` (:mod:`pytest_attn.engine.pairing`); :class:`AbResult` is one case's
+outcome, as the summary, the reports (:mod:`.ab_reports`) and pytest-xdist's hand-over carry it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from ..core.stats import Z95
+from ..core.stats import Z95, paired_log_ratio
 from .gate import verdict
 
 AB_THRESHOLD = 0.02
+#: A clock this much apart between the arms is noted (pairing saw the same seconds: the kernel's own doing).
+CLOCK_NOTE = 0.01
 
 
 @dataclass(frozen=True)
@@ -50,9 +55,70 @@ def paired(name: str, a_s: Sequence[float], b_s: Sequence[float], threshold: flo
         raise ValueError(f"{name}: {len(a_s)} blocks of A against {len(b_s)} of B; pair them one to one")
     if any(not (x > 0 and math.isfinite(x)) for x in (*a_s, *b_s)):
         raise ValueError(f"{name}: block times must be finite and positive")
-    logs = [math.log(b / a) for a, b in zip(a_s, b_s, strict=True)]
-    n = len(logs)
-    mean = sum(logs) / n
-    sigma = (math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1)) / math.sqrt(n)) if n > 1 else math.inf
+    mean, sigma = paired_log_ratio(a_s, b_s)
     change = math.expm1(mean)
-    return Paired(name, n, change, sigma, verdict(change, sigma, threshold))
+    return Paired(name, len(a_s), change, sigma, verdict(change, sigma, threshold))
+
+
+@dataclass(frozen=True)
+class AbResult:
+    """One case of an A/B run: the paired verdict, each arm's median over all its samples, and what the SM
+    clock did in each arm (the median of its blocks' medians)."""
+
+    name: str  # the test
+    case_id: str
+    group: str
+    backend: str
+    paired: Paired
+    a_median_s: float
+    b_median_s: float
+    a_mhz: float | None = None
+    b_mhz: float | None = None
+    cycles_change: float | None = None  # the paired change in clock cycles (time x the block's clock)
+    stop: str = ""  # precision, time-cap or pair-cap
+    timer: str = ""
+    block_samples: int = 0  # samples in the last block
+    elapsed_s: float = 0.0
+    throttle: tuple[str, str] = ("", "")  # each arm's throttle summary, where it was throttled
+    plans: tuple[str, str] = ("", "")  # a slowed arm: the work injected after each call
+
+    @property
+    def clock_change(self) -> float | None:
+        return self.b_mhz / self.a_mhz - 1 if self.a_mhz and self.b_mhz else None
+
+    def notes(self) -> list[str]:
+        out = []
+        clock = self.clock_change
+        if clock is not None and abs(clock) >= CLOCK_NOTE and self.cycles_change is not None:
+            out.append(f"B ran at a {abs(clock):.1%} {'lower' if clock < 0 else 'higher'} SM clock than A in the same"
+                       f" seconds -- its own power draw, as nothing else differed; in cycles B/A is"
+                       f" {self.cycles_change:+.1%}")
+        if self.stop in ("time-cap", "pair-cap") and self.paired.verdict == "AMBIGUOUS":
+            out.append(f"stopped at the {self.stop} after {self.paired.pairs} pairs; measure longer"
+                       " (--attn-max-time) or lock the clocks")
+        out += [f"arm {arm} throttled: {t}" for arm, t in zip("AB", self.throttle, strict=True) if t]
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        lo, hi = self.paired.interval()
+        data["interval"] = [lo, hi]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> AbResult:
+        fields = {k: v for k, v in data.items() if k != "interval"}
+        fields["paired"] = Paired(**fields["paired"])
+        fields["throttle"] = tuple(fields.get("throttle", ("", "")))
+        fields["plans"] = tuple(fields.get("plans", ("", "")))
+        return cls(**fields)
+
+
+def cycles_change(a_s: Sequence[float], b_s: Sequence[float], a_mhz: Sequence[float | None],
+                  b_mhz: Sequence[float | None]) -> float | None:
+    """The paired change in cycles (each block's time x its SM clock), where every block has its clock."""
+    if not a_mhz or any(not x for x in (*a_mhz, *b_mhz)):
+        return None
+    a_c = [t * m for t, m in zip(a_s, a_mhz, strict=True) if m]
+    b_c = [t * m for t, m in zip(b_s, b_mhz, strict=True) if m]
+    return math.expm1(paired_log_ratio(a_c, b_c)[0])

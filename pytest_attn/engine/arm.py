@@ -1,0 +1,200 @@
+"""One arm of a paired A/B run: a long-lived worker process that measures cases in blocks, when told.
+
+The controller (:mod:`.arms`) starts two of these, one per environment, and speaks JSON lines on their
+stdin/stdout (anything else the libraries print goes to stderr, a log file). Requests, each answered
+with one line:
+
+* ``hello``: the run's settings, the slowdown and the files that register back ends; answers with this
+  arm's interpreter, pytest-attn, torch and kernel-library versions and its device;
+* ``prepare``: a case (its JSON form, :mod:`pytest_attn.core.codec`): can it run here, inputs, the check
+  against the reference, warm-up, the timer (the kind the controller names, so both arms time alike);
+  answers ``ok`` with the timer, or ``skip``/``fail`` with the reason;
+* ``block``: one sample, thrown away (the first after the other arm ran), then N samples with the SM clock
+  and throttle reasons of each;
+* ``finish``: the arm's result record from all its blocks' samples, and the case's memory released;
+* ``release``: the case dropped unmeasured.
+
+It ignores SIGINT (Ctrl-C reaches the whole process group: the controller stops its arms) and ends at
+``bye`` or when its stdin closes (the controller is gone).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import importlib.metadata
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterable
+from typing import IO, Any
+
+import pytest_attn
+
+from ..backends import QUIET_WARNINGS, builtin_registry
+from ..backends.base import Registry, Unsupported
+from ..backends.registration import register_entry_points, register_from_file
+from ..core.case import AttnCase
+from ..core.codec import case_from_dict
+from ..core.device import DeviceInfo
+from .measure import Prepared, prepare, record_of
+from .nvml import Nvml
+from .probe import probe_device
+from .runner import describe_failure, make_room
+from .sampling import Sampling
+from .settings import CaseFailed, CaseSkipped, RunSettings, required_bytes
+from .slowed import SlowedBackend
+from .stopping import WarmupRule
+
+PROTOCOL = 1
+LIBRARIES = ("torch", "flash_attn", "flash_attn_4", "flashinfer_python", "triton")
+#: After a case this large the arm collects its garbage, so the other arm's process can have the memory.
+COLLECT_ABOVE_BYTES = 256 * 2**20
+
+
+def settings_to_json(settings: RunSettings) -> dict[str, Any]:
+    """What an arm needs of the run's settings (sampling is the controller's; traces are not taken)."""
+    return {"timer": settings.timer, "warmup": dataclasses.asdict(settings.warmup), "verify": settings.verify,
+            "peak_tflops": settings.peak_tflops, "memory_headroom": settings.memory_headroom,
+            "drop_throttled": settings.drop_throttled, "clock_lock": settings.clock_lock,
+            "cpu_gflops": settings.cpu_gflops, "cpu_call_limit_s": settings.cpu_call_limit_s}
+
+
+def settings_from_json(data: dict[str, Any]) -> RunSettings:
+    known = {f.name for f in dataclasses.fields(RunSettings)}
+    fields = {k: v for k, v in data.items() if k in known and k != "warmup"}
+    return RunSettings(warmup=WarmupRule(**data.get("warmup", {})), **fields)
+
+
+def versions() -> dict[str, str]:
+    found = {}
+    for name in LIBRARIES:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+class Arm:
+    """The requests of one arm (see the module); the I/O is :func:`serve`'s."""
+
+    def __init__(self, probe: Callable[[], tuple[DeviceInfo, Nvml]]) -> None:
+        self._probe = probe
+        self.registry: Registry | None = None
+        self.settings = RunSettings()
+        self.device: DeviceInfo | None = None
+        self.nvml: Nvml | None = None
+        self.ready: Prepared | None = None
+        self.blocks: list[Sampling] = []
+
+    def hello(self, request: dict[str, Any]) -> dict[str, Any]:
+        registry = builtin_registry()
+        register_entry_points(registry)
+        for path in request.get("backends_from", []):
+            register_from_file(registry, path)
+        slowdown = request.get("slowdown")
+        self.registry = registry.wrapped(lambda b: SlowedBackend(b, slowdown)) if slowdown else registry
+        self.settings = settings_from_json(request.get("settings", {}))
+        self.device, self.nvml = self._probe()
+        return {"protocol": PROTOCOL, "python": sys.executable, "pytest_attn": os.path.dirname(pytest_attn.__file__),
+                "versions": versions(), "device": self.device.describe(), "uuid": self.device.uuid,
+                "pid": os.getpid()}
+
+    def prepare(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert self.registry is not None and self.device is not None, "hello first"
+        self.release({})
+        case = case_from_dict(request["case"])
+        backend = self.registry.get(case.backend)
+        settings = dataclasses.replace(self.settings, timer=request.get("timer") or self.settings.timer)
+        try:
+            free = make_room(case, backend, self.device, settings)
+            self.ready = prepare(case, backend, self.device, settings, free, request.get("label") or case.id)
+        except (CaseSkipped, Unsupported) as exc:
+            return {"skip": str(exc)}
+        except CaseFailed as exc:
+            return self._failed(str(exc))
+        except Exception as exc:
+            return self._failed(describe_failure(case, exc))
+        built, check = self.ready.built, self.ready.check
+        return {"ok": True, "timer": built.kind, "calls_per_sample": built.timer.calls_per_sample,
+                "estimate_s": self.ready.warmup.estimate_s, "plan": getattr(backend, "last_plan", ""),
+                "check": f"{check.rows} rows, max error {check.max_error:.3g} of {check.allowed:.3g} allowed"
+                if check is not None else "not checked (--attn-no-verify)"}
+
+    def _failed(self, message: str) -> dict[str, Any]:
+        """A failed case's frames (its tensors, an out-of-memory maybe) are freed before the answer."""
+        self.release({})
+        gc.collect()
+        return {"fail": message}
+
+    def block(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert self.ready is not None and self.nvml is not None, "prepare first"
+        timer, nvml = self.ready.built.timer, self.nvml
+        timer.sample()  # the first sample after the other arm ran: caches and clocks are the other's
+        t0 = time.perf_counter()
+        times, clocks, reasons = [], [], []
+        for _ in range(int(request["samples"])):
+            before = nvml.clocks_event_reasons()
+            times.append(timer.sample())
+            after = nvml.clocks_event_reasons()
+            reasons.append(None if before is None and after is None else (before or 0) | (after or 0))
+            clocks.append(nvml.sm_clock_mhz() or None)
+        wall = time.perf_counter() - t0
+        self.blocks.append(Sampling(times, "pairs", wall, clocks, reasons))
+        return {"times": times, "clocks": clocks, "wall_s": wall}
+
+    def finish(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert self.ready is not None, "prepare first"
+        merged = Sampling([t for b in self.blocks for t in b.samples_s], request.get("stop", "pairs"),
+                          sum(b.elapsed_s for b in self.blocks), [c for b in self.blocks for c in b.sample_clocks],
+                          [r for b in self.blocks for r in b.sample_reasons])
+        record = record_of(self.ready, merged)
+        self.release({})
+        return {"record": record.to_json()}
+
+    def release(self, request: dict[str, Any]) -> dict[str, Any]:
+        case: AttnCase | None = self.ready.case if self.ready is not None else None
+        big = case is not None and self.device is not None and \
+            required_bytes(case, self.ready.backend, self.device) > COLLECT_ABOVE_BYTES  # type: ignore[union-attr]
+        self.ready, self.blocks = None, []
+        if big:
+            gc.collect()
+        if self.device is not None and self.device.is_cuda:
+            import torch
+
+            torch.cuda.empty_cache()  # what this process freed, the other arm's may use
+        return {"ok": True}
+
+
+def serve(lines: Iterable[str], out: IO[str], arm: Arm) -> None:
+    """Answer each request line with one line, until ``bye`` or the end of the input."""
+    handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+        "hello": arm.hello, "prepare": arm.prepare, "block": arm.block, "finish": arm.finish, "release": arm.release}
+    for line in lines:
+        request = json.loads(line)
+        op = request.get("op")
+        if op == "bye":
+            return
+        try:
+            answer = handlers[op](request)
+        except Exception as exc:  # the arm stays up; the controller fails the case with this
+            answer = {"error": f"{type(exc).__name__}: {exc}", "op": op}
+        out.write(json.dumps(answer) + "\n")
+        out.flush()
+
+
+def main() -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # whatever a library prints goes to the log, not into the answers
+    for quiet in QUIET_WARNINGS:
+        quiet.install()
+    serve(sys.stdin, out, Arm(probe_device))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

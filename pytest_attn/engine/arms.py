@@ -1,0 +1,134 @@
+"""The controller's side of an A/B arm: the worker process (:mod:`.arm`) started in the arm's environment,
+asked one JSON line at a time, stopped at the end.
+
+The worker imports pytest-attn as its environment has it (an arm whose folder is a pytest-attn checkout
+runs that checkout's back-end adapters); where the environment has none, this pytest-attn's folder is
+appended to its ``sys.path`` -- after its site-packages, so its own libraries still come first. Its
+stderr (library messages, compiler output) goes to a log file, whose last lines an error quotes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest_attn
+
+from .arm import PROTOCOL
+from .armspec import ArmSpec
+
+#: ``python -c BOOT PYTEST_ATTN_PARENT``: no current folder first on sys.path (``-c`` would put it there,
+#: ahead of the arm's PYTHONPATH), this pytest-attn as the last resort.
+BOOT = ("import sys; del sys.path[0]; sys.path.append(sys.argv[1]); "
+        "from pytest_attn.engine.arm import main; raise SystemExit(main())")
+TIMEOUTS_S = {"hello": 300.0, "prepare": 1800.0, "block": 600.0, "finish": 600.0, "release": 120.0}
+LOG_LINES = 15
+
+
+class ArmError(Exception):
+    """An arm died, hung, or answered with an error; the message names the arm and quotes its log."""
+
+
+def arm_environment(spec: ArmSpec, base: dict[str, str]) -> dict[str, str]:
+    """The worker's environment: ``base`` with the arm's folder first on PYTHONPATH. Pure."""
+    env = dict(base)
+    if spec.path:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [spec.path, base.get("PYTHONPATH", "")]))
+    return env
+
+
+class ArmProcess:
+    """One arm's worker, started on first use and again after it died."""
+
+    def __init__(self, label: str, spec: ArmSpec, hello: dict[str, Any]) -> None:
+        self.label = label
+        self.spec = spec
+        self._hello = hello
+        self.about: dict[str, Any] = {}  # the worker's answer to hello: interpreter, versions, device
+        self.log = Path(tempfile.gettempdir()) / f"pytest-attn-arm-{label}-{os.getpid()}.log"
+        self._proc: subprocess.Popen[str] | None = None
+
+    def _start(self) -> None:
+        parent = str(Path(pytest_attn.__file__).resolve().parents[1])
+        python = self.spec.python or sys.executable
+        log = self.log.open("a")
+        try:
+            self._proc = subprocess.Popen([python, "-c", BOOT, parent], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=log, text=True, env=arm_environment(self.spec, dict(os.environ)))
+        except OSError as exc:
+            raise ArmError(f"arm {self.label} ({self.spec.text}): cannot start {python}: {exc}") from None
+        finally:
+            log.close()
+        self.about = self._exchange({"op": "hello", **self._hello})
+        if self.about.get("protocol") != PROTOCOL:
+            found = self.about.get("pytest_attn", "?")
+            self.close()
+            raise ArmError(f"arm {self.label} ({self.spec.text}) runs the pytest-attn in {found}, which speaks A/B"
+                           f" protocol {self.about.get('protocol')} where this one speaks {PROTOCOL}: install the same"
+                           " pytest-attn in both arms' environments, or leave it out of the arm's")
+
+    def ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The worker's answer to ``request`` (started first where it is not running)."""
+        if self._proc is None or self._proc.poll() is not None:
+            self._start()
+        return self._exchange(request)
+
+    def _exchange(self, request: dict[str, Any]) -> dict[str, Any]:
+        proc = self._proc
+        assert proc is not None and proc.stdin is not None and proc.stdout is not None
+        op = request["op"]
+        try:
+            proc.stdin.write(json.dumps(request) + "\n")
+            proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise self._died(op) from None
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            if not sel.select(TIMEOUTS_S.get(op, 600.0)):
+                self.close()
+                raise ArmError(f"arm {self.label} ({self.spec.text}) did not answer {op} within"
+                               f" {TIMEOUTS_S.get(op, 600.0):.0f} s and was stopped{self._tail()}")
+        line = proc.stdout.readline()
+        if not line:
+            raise self._died(op)
+        answer: dict[str, Any] = json.loads(line)
+        if "error" in answer:
+            raise ArmError(f"arm {self.label} ({self.spec.text}): {op} failed: {answer['error']}{self._tail()}")
+        return answer
+
+    def _died(self, op: str) -> ArmError:
+        proc = self._proc
+        code = proc.wait(timeout=30) if proc is not None else None
+        self._proc = None
+        return ArmError(f"arm {self.label} ({self.spec.text}) exited (status {code}) during {op}; it is started"
+                        f" again for the next case{self._tail()}")
+
+    def _tail(self) -> str:
+        try:
+            lines = self.log.read_text(errors="replace").splitlines()[-LOG_LINES:]
+        except OSError:
+            return ""
+        return f"\nthe end of its log ({self.log}):\n" + "\n".join(f"  {x}" for x in lines) if lines else ""
+
+    def close(self) -> None:
+        """Ask the worker to stop; kill it if it does not within 10 s. Safe to call twice."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            if proc.poll() is None and proc.stdin is not None:
+                proc.stdin.write('{"op": "bye"}\n')
+                proc.stdin.close()
+            proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait()
+        finally:
+            if proc.stdout is not None:
+                proc.stdout.close()

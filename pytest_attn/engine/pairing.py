@@ -1,0 +1,132 @@
+"""A paired A/B measurement of one case: both arms prepare it (each passes the check against the reference
+before anything is timed), then take turns -- never at the same time -- in blocks of samples, in the order
+A B B A A B B A ..., until the pairs' ratio is known well enough or a cap is reached.
+
+Pair ``i`` is the ``i``-th block of each arm; the two ran back to back, within a fraction of a second, so
+the clock and power state they saw is the same and their ratio keeps only the arms' difference. The
+alternating order (ABBA) cancels what runs first in a pair gaining or losing from it, and a clock drifting
+steadily within a pair. Each block starts with a sample thrown away (the arm's first after the other's).
+The block statistic is the median of its samples.
+
+Arms are anything with ``ask(request) -> answer`` (:class:`~pytest_attn.engine.arms.ArmProcess`; tests
+use fakes on a fake clock).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..core.stats import median, paired_log_ratio
+from .settings import CaseFailed, CaseSkipped
+
+
+class Asks(Protocol):
+    label: str
+
+    def ask(self, request: dict[str, Any]) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class PairRule:
+    """When to stop taking pairs: after ``min_pairs`` and an even count (as many pairs with A first as with B
+    first), once ``z`` standard errors of the mean log ratio fit in half the threshold (a change of the
+    threshold is then told from none), or at a cap. Blocks last about ``block_s``."""
+
+    threshold: float = 0.02
+    z: float = 3.0
+    min_pairs: int = 8
+    max_pairs: int = 400
+    max_time_s: float = 6.0  # both arms' blocks together
+    block_s: float = 0.05
+    min_block_samples: int = 3
+    max_block_samples: int = 2000
+
+    def stop(self, a: list[float], b: list[float], elapsed_s: float) -> str | None:
+        n = len(a)
+        if n < self.min_pairs or n % 2:
+            return None
+        if n >= self.max_pairs:
+            return "pair-cap"
+        _, se = paired_log_ratio(a, b)
+        if self.z * se <= self.threshold / 2:
+            return "precision"
+        return "time-cap" if elapsed_s >= self.max_time_s else None
+
+    def samples(self, wall_per_sample_s: float | None) -> int:
+        """Samples in a block of about ``block_s``."""
+        if not wall_per_sample_s or wall_per_sample_s <= 0 or not math.isfinite(wall_per_sample_s):
+            return self.min_block_samples
+        return max(self.min_block_samples, min(self.max_block_samples, round(self.block_s / wall_per_sample_s)))
+
+
+@dataclass
+class PairRun:
+    """What the pairs of one case measured: block medians (seconds per call) and block SM clocks (MHz)."""
+
+    a_s: list[float] = field(default_factory=list)
+    b_s: list[float] = field(default_factory=list)
+    a_mhz: list[float | None] = field(default_factory=list)
+    b_mhz: list[float | None] = field(default_factory=list)
+    block_samples: list[int] = field(default_factory=list)
+    stop: str = ""
+    elapsed_s: float = 0.0
+    timer: str = ""
+    prepared: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
+    records: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
+
+
+def prepare_both(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Asks,
+                 b: Asks) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Both arms set the case up and check it; B times it with the timer A chose. CaseSkipped or
+    CaseFailed (naming the arm) where either cannot; then neither holds the case."""
+    first = _prepared(a, {"op": "prepare", "case": cases[0], "label": label, "timer": None}, [])
+    second = _prepared(b, {"op": "prepare", "case": cases[1], "label": label, "timer": first["timer"]}, [a])
+    return first, second
+
+
+def _prepared(arm: Asks, request: dict[str, Any], holding: list[Asks]) -> dict[str, Any]:
+    answer = arm.ask(request)
+    if "ok" in answer:
+        return answer
+    for other in holding:
+        other.ask({"op": "release"})
+    if "skip" in answer:
+        raise CaseSkipped(f"arm {arm.label}: {answer['skip']}")
+    raise CaseFailed(f"arm {arm.label}: {answer.get('fail', answer)}")
+
+
+def run_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Asks, b: Asks, rule: PairRule,
+             clock: Callable[[], float] = time.perf_counter) -> PairRun:
+    """Prepare both arms, take pairs of blocks in ABBA order until ``rule`` stops, and each arm's record."""
+    run = PairRun(prepared=prepare_both(cases, label, a, b))
+    run.timer = run.prepared[0]["timer"]
+    samples, t0 = rule.min_block_samples, clock()
+    while True:
+        order = (a, b) if len(run.a_s) % 2 == 0 else (b, a)
+        blocks = {arm.label: arm.ask({"op": "block", "samples": samples}) for arm in order}
+        for arm, times, mhz in ((a, run.a_s, run.a_mhz), (b, run.b_s, run.b_mhz)):
+            times.append(median(blocks[arm.label]["times"]))
+            clocks = [c for c in blocks[arm.label]["clocks"] if c]
+            mhz.append(median(clocks) if clocks else None)
+        run.block_samples.append(samples)
+        run.elapsed_s = clock() - t0
+        stop = rule.stop(run.a_s, run.b_s, run.elapsed_s)
+        if stop:
+            run.stop = stop
+            break
+        walls = [blocks[x.label]["wall_s"] / samples for x in order]
+        samples = rule.samples(max(walls))
+    run.records = (a.ask({"op": "finish", "stop": run.stop})["record"],
+                   b.ask({"op": "finish", "stop": run.stop})["record"])
+    return run
+
+
+def check_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Asks, b: Asks) -> None:
+    """``--benchmark-disable``: both arms set the case up and check it; nothing is timed."""
+    prepare_both(cases, label, a, b)
+    a.ask({"op": "release"})
+    b.ask({"op": "release"})

@@ -1,0 +1,209 @@
+"""``--attn-ab=ARM_A,ARM_B``: the paired A/B run wired into pytest.
+
+Each attention case is measured by two worker processes, one per arm (:mod:`pytest_attn.engine.arms`),
+taking turns on this process's GPU (:mod:`pytest_attn.engine.pairing`); the verdict is B against A from
+the paired blocks (:mod:`pytest_attn.verdicts.paired`). Arm B's record goes to pytest-benchmark (its
+table, JSON, autosave) with the A/B outcome in its ``extra_info`` (``attn_ab``); the session ends with the
+A/B table, ``--attn-report`` files (summary.md, results.csv, ab.json), the job summary under GitHub
+Actions, and a non-zero exit status for the verdicts ``--attn-fail-on`` names (SLOWER by default). No
+stored baseline is read or written. Under pytest-xdist every worker (one per GPU) runs its own pair of
+arms and hands each outcome to the controller in its test report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+import pytest
+
+from ..core.case import AttnCase
+from ..core.codec import case_from_dict, case_to_dict
+from ..core.device import DeviceInfo
+from ..core.record import Record
+from ..core.stats import median
+from ..engine.arm import settings_to_json
+from ..engine.arms import ArmError, ArmProcess
+from ..engine.armspec import ArmSpec
+from ..engine.pairing import PairRule, PairRun, check_pair, run_pair
+from ..engine.settings import CaseFailed, CaseSkipped
+from ..verdicts.ab_reports import markdown, terminal_lines, write_ab_reports
+from ..verdicts.paired import AbResult, cycles_change, paired
+from .session import AB_LINES, AB_RUN, ATTN_SESSION, AttnSession
+
+AB_PROPERTY = "pytest_attn_ab"
+REFUSED_WITH = {"attn_save_baseline": "--attn-save-baseline", "attn_add_to_baseline": "--attn-add-to-baseline",
+                "attn_inject_slowdown": "--attn-inject-slowdown (slow one arm instead: +slowdown=PCT)"}
+
+
+class AbRun:
+    """The arms of this process and the outcomes of the session (a controller's: its workers')."""
+
+    def __init__(self, specs: tuple[ArmSpec, ArmSpec], threshold: float, fail_on: tuple[str, ...]) -> None:
+        self.specs = specs
+        self.threshold = threshold
+        self.fail_on = fail_on
+        self.results: list[AbResult] = []
+        self.last: AbResult | None = None
+        self._arms: tuple[ArmProcess, ArmProcess] | None = None
+
+    def arms(self, session: AttnSession) -> tuple[ArmProcess, ArmProcess]:
+        if self._arms is None:
+            origins = {o for n in session.backends if (o := session.registry.origin(n))}
+            hello = {"settings": settings_to_json(session.settings), "backends_from": sorted(origins)}
+            self._arms = (ArmProcess("A", self.specs[0], {**hello, "slowdown": self.specs[0].slowdown}),
+                          ArmProcess("B", self.specs[1], {**hello, "slowdown": self.specs[1].slowdown}))
+        return self._arms
+
+    def rule(self, session: AttnSession) -> PairRule:
+        return PairRule(threshold=self.threshold, max_time_s=2 * session.settings.stop.max_time_s)
+
+    def measure(self, session: AttnSession, case: AttnCase, label: str) -> Record:
+        """Arm B's record of the case (the outcome in :attr:`last`). Raises CaseSkipped or CaseFailed."""
+        a, b = self.arms(session)
+        try:
+            run = run_pair(self._cases(case), label, a, b, self.rule(session))
+        except ArmError as exc:
+            raise CaseFailed(f"{case.id}: {exc}") from None
+        record_a, record_b = (Record.from_json(r) for r in run.records)
+        record_b = dataclasses.replace(record_b, device=_pinned(record_b.device, session.device))
+        self.last = result_of(label, case, run, record_a, record_b, self.threshold)
+        return record_b
+
+    def check(self, session: AttnSession, case: AttnCase, label: str) -> None:
+        """``--benchmark-disable``: both arms set the case up and check it; nothing is timed."""
+        try:
+            check_pair(self._cases(case), label, *self.arms(session))
+        except ArmError as exc:
+            raise CaseFailed(f"{case.id}: {exc}") from None
+
+    def _cases(self, case: AttnCase) -> tuple[dict[str, Any], dict[str, Any]]:
+        return self._case_for(case, self.specs[0]), self._case_for(case, self.specs[1])
+
+    @staticmethod
+    def _case_for(case: AttnCase, spec: ArmSpec) -> dict[str, Any]:
+        data = case_to_dict(case)
+        if spec.backend:
+            data["backend"] = spec.backend
+        try:
+            case_from_dict(data)
+        except ValueError as exc:
+            raise CaseSkipped(f"--attn-ab: the case cannot be handed to the arms: {exc}") from None
+        return data
+
+    def lines(self) -> list[str]:
+        out = []
+        for label, spec, arm in zip("AB", self.specs, self._arms or (None, None), strict=True):
+            about = arm.about if arm is not None else {}
+            seen = (f" -- {about.get('python')}, pytest-attn from {about.get('pytest_attn')}, "
+                    + ", ".join(f"{k} {v}" for k, v in about.get("versions", {}).items()) if about else "")
+            out.append(f"{label}: {spec.text}: {spec.describe()}{seen}")
+        return out
+
+    def close(self) -> None:
+        for arm in self._arms or ():
+            arm.close()
+
+
+def _pinned(device: DeviceInfo, mine: DeviceInfo) -> DeviceInfo:
+    """The arm's device, with this process's place among the run's GPUs (pytest-xdist pins workers)."""
+    return dataclasses.replace(device, host_index=mine.host_index)
+
+
+def result_of(name: str, case: AttnCase, run: PairRun, a: Record, b: Record, threshold: float) -> AbResult:
+    """One case's outcome from its pairs and the arms' records. Pure."""
+    a_mhz = [m for m in run.a_mhz if m]
+    b_mhz = [m for m in run.b_mhz if m]
+    throttle = tuple(r.clocks.throttle.describe() if r.clocks.throttle is not None and r.clocks.throttle.throttled
+                     else "" for r in (a, b))
+    return AbResult(name, case.id, case.group, case.backend, paired(name, run.a_s, run.b_s, threshold),
+                    a.median_s, b.median_s, median(a_mhz) if a_mhz else None, median(b_mhz) if b_mhz else None,
+                    cycles_change(run.a_s, run.b_s, run.a_mhz, run.b_mhz), run.stop, run.timer,
+                    run.block_samples[-1] if run.block_samples else 0, run.elapsed_s,
+                    (throttle[0], throttle[1]), (run.prepared[0].get("plan", ""), run.prepared[1].get("plan", "")))
+
+
+def ab_run(config: pytest.Config) -> AbRun | None:
+    return config.stash.get(AB_RUN, None)
+
+
+def hand_over(run: AbRun, request: pytest.FixtureRequest, extra_info: dict[str, Any], worker: bool) -> None:
+    """The case's outcome: into the benchmark's extra_info, and to the controller from an xdist worker."""
+    result, run.last = run.last, None
+    if result is None:
+        return
+    run.results.append(result)
+    extra_info["attn_ab"] = result.to_json()
+    if worker:
+        request.node.user_properties.append((AB_PROPERTY, json.dumps(result.to_json())))
+
+
+# ---- hooks ---------------------------------------------------------------------------------------
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    specs = config.getoption("attn_ab", None)
+    if specs is None or config.stash.get(ATTN_SESSION, None) is None:
+        return
+    clash = [flag for dest, flag in REFUSED_WITH.items() if config.getoption(dest, None)]
+    if clash:
+        raise pytest.UsageError(f"--attn-ab compares two arms measured now; it does not go with {', '.join(clash)}")
+    run = config.stash[AB_RUN] = AbRun(specs, config.getoption("attn_ab_threshold"), config.getoption("attn_fail_on"))
+    if not hasattr(config, "workerinput"):
+        config.pluginmanager.register(Collector(run), "pytest-attn-ab-collector")
+
+
+class Collector:
+    """The controller of pytest-xdist workers: each worker's outcome into this session's."""
+
+    def __init__(self, run: AbRun) -> None:
+        self.run = run
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        for name, value in report.user_properties:
+            if name == AB_PROPERTY and report.when == "call" and isinstance(value, str):
+                self.run.results.append(AbResult.from_json(json.loads(value)))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    run = ab_run(config)
+    if run is None:
+        return
+    run.close()
+    if hasattr(config, "workerinput") or not run.results:
+        return
+    lines = terminal_lines(run.results, run.lines(), run.threshold)
+    try:
+        if (folder := config.getoption("attn_report", None)) is not None:
+            lines += [f"  {w}" for w in write_ab_reports(folder, run.results, run.lines(), run.threshold,
+                                                         run.fail_on)]
+        if summary := os.environ.get("GITHUB_STEP_SUMMARY"):
+            with open(summary, "a") as fh:
+                fh.write(markdown(run.results, run.lines(), run.threshold, run.fail_on))
+    except OSError as exc:
+        lines.append(f"error: writing the A/B report failed: {exc.strerror or exc} ({exc.filename}); the verdicts"
+                     " above stand")
+        session.exitstatus = pytest.ExitCode.USAGE_ERROR
+    failing = [r for r in run.results if r.paired.verdict in run.fail_on]
+    if failing and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if failing:
+        lines.append(f"{len(failing)} case(s) {'/'.join(run.fail_on)} in B: the run fails (--attn-fail-on)")
+    config.stash[AB_LINES] = lines
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    lines = config.stash.get(AB_LINES, [])
+    if lines:
+        terminalreporter.write_sep("=", "pytest-attn A/B")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    run = ab_run(config)
+    if run is not None:
+        run.close()

@@ -1,0 +1,103 @@
+"""Reports of a paired A/B run (``--attn-ab``): the terminal table, Markdown (pull-request comment,
+``$GITHUB_STEP_SUMMARY``), CSV and JSON. Pure except :func:`write_ab_reports`."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..core.files import write_atomic
+from .paired import AbResult
+from .table import fmt_time
+
+HEADER = ("benchmark", "A", "B", "B/A", "95% CI", "verdict", "clock A", "clock B", "pairs")
+EXPLAINED = ("SLOWER", "FASTER", "AMBIGUOUS")
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.1f}%"
+
+
+def _mhz(x: float | None) -> str:
+    return f"{x:.0f} MHz" if x else "-"
+
+
+def _row(r: AbResult) -> tuple[str, ...]:
+    lo, hi = r.paired.interval()
+    return (r.name.split("::")[-1], fmt_time(r.a_median_s), fmt_time(r.b_median_s), _pct(r.paired.change),
+            f"[{_pct(lo)}, {_pct(hi)}]", r.paired.verdict, _mhz(r.a_mhz), _mhz(r.b_mhz), str(r.paired.pairs))
+
+
+def counts(results: Sequence[AbResult]) -> str:
+    found: dict[str, int] = {}
+    for r in results:
+        found[r.paired.verdict] = found.get(r.paired.verdict, 0) + 1
+    return ", ".join(f"{n} {v}" for v, n in sorted(found.items())) or "no case measured"
+
+
+def explain(r: AbResult, threshold: float) -> str:
+    lo, hi = r.paired.interval()
+    text = (f"B/A {_pct(r.paired.change)} (95% CI {_pct(lo)} to {_pct(hi)}, {r.paired.pairs} pairs) against a"
+            f" threshold of {threshold:.1%}")
+    return "; ".join([text, *r.notes()])
+
+
+def terminal_lines(results: Sequence[AbResult], arms: Sequence[str], threshold: float,
+                   notes: Sequence[str] = ()) -> list[str]:
+    rows = [HEADER, *(_row(r) for r in results)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
+    lines = [f"paired A/B at a {threshold:.1%} threshold: {counts(results)}", *(f"  {a}" for a in arms)]
+    lines += ["  " + "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in
+                                enumerate(zip(row, widths, strict=True))) for row in rows]
+    lines += [f"  {r.paired.verdict}: {r.name.split('::')[-1]}: {explain(r, threshold)}" for r in results
+              if r.paired.verdict in EXPLAINED or r.notes()]
+    return lines + [f"  note: {n}" for n in notes]
+
+
+def markdown(results: Sequence[AbResult], arms: Sequence[str], threshold: float,
+             fail_on: Sequence[str] = ("SLOWER",)) -> str:
+    out = io.StringIO()
+    failing = sum(r.paired.verdict in fail_on for r in results)
+    out.write(f"### pytest-attn A/B: {'B is slower' if failing else 'no regression'} ({counts(results)})\n\n")
+    out.write("".join(f"- {a}\n" for a in arms) + f"- threshold {threshold:.1%}; verdicts from paired blocks\n\n")
+    out.write("| " + " | ".join(HEADER) + " |\n|" + "---|" * len(HEADER) + "\n")
+    for r in results:
+        cells = list(_row(r))
+        cells[0] = f"`{cells[0]}`"
+        if r.paired.verdict in fail_on:
+            cells[5] = f"**{cells[5]}**"
+        out.write("| " + " | ".join(cells) + " |\n")
+    explained = [r for r in results if r.paired.verdict in EXPLAINED or r.notes()]
+    if explained:
+        out.write("\n" + "".join(f"- `{r.name.split('::')[-1]}` {r.paired.verdict}: {explain(r, threshold)}\n"
+                                 for r in explained))
+    return out.getvalue()
+
+
+def csv_text(results: Sequence[AbResult]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["benchmark", "group", "backend", "a_s", "b_s", "change", "ci_low", "ci_high", "verdict", "pairs",
+                     "a_mhz", "b_mhz", "cycles_change", "stop", "timer", "notes"])
+    for r in results:
+        lo, hi = r.paired.interval()
+        writer.writerow([r.name, r.group, r.backend, r.a_median_s, r.b_median_s, f"{r.paired.change:.6f}",
+                         f"{lo:.6f}", f"{hi:.6f}", r.paired.verdict, r.paired.pairs, r.a_mhz or "", r.b_mhz or "",
+                         "" if r.cycles_change is None else f"{r.cycles_change:.6f}", r.stop, r.timer,
+                         "; ".join(r.notes())])
+    return out.getvalue()
+
+
+def write_ab_reports(folder: Path, results: Sequence[AbResult], arms: Sequence[str], threshold: float,
+                     fail_on: Sequence[str] = ("SLOWER",)) -> list[str]:
+    """summary.md, results.csv and ab.json into ``folder``; a "wrote PATH" line per file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {"summary.md": markdown(results, arms, threshold, fail_on), "results.csv": csv_text(results),
+             "ab.json": json.dumps({"arms": list(arms), "threshold": threshold,
+                                    "results": [r.to_json() for r in results]}, indent=1)}
+    for name, text in files.items():
+        write_atomic(folder / name, text)
+    return [f"wrote {folder / name}" for name in files]
