@@ -9,8 +9,8 @@ with one line:
 * ``prepare``: a case (its JSON form, :mod:`pytest_attn.core.codec`): can it run here, inputs, the check
   against the reference, warm-up, the timer (the kind the controller names, so both arms time alike);
   answers ``ok`` with the timer, or ``skip``/``fail`` with the reason;
-* ``block``: one sample, thrown away (the first after the other arm ran), then N samples with the SM clock
-  and throttle reasons of each;
+* ``block``: one sample thrown away (the first after the other arm ran; unless ``warm`` is false), then N
+  samples with the SM clock and throttle reasons of each;
 * ``finish``: the arm's result record from all its blocks' samples, and the case's memory released;
 * ``release``: the case dropped unmeasured.
 
@@ -133,7 +133,8 @@ class Arm:
     def block(self, request: dict[str, Any]) -> dict[str, Any]:
         assert self.ready is not None and self.nvml is not None, "prepare first"
         timer, nvml = self.ready.built.timer, self.nvml
-        timer.sample()  # the first sample after the other arm ran: caches and clocks are the other's
+        if request.get("warm", True):
+            timer.sample()  # the first sample after the other arm ran: caches and clocks are the other's
         t0 = time.perf_counter()
         times, clocks, reasons = [], [], []
         for _ in range(int(request["samples"])):
@@ -151,7 +152,7 @@ class Arm:
         merged = Sampling([t for b in self.blocks for t in b.samples_s], request.get("stop", "pairs"),
                           sum(b.elapsed_s for b in self.blocks), [c for b in self.blocks for c in b.sample_clocks],
                           [r for b in self.blocks for r in b.sample_reasons])
-        record = record_of(self.ready, merged)
+        record = record_of(self.ready, merged, diagnose=request.get("diagnose", True))
         self.release({})
         return {"record": record.to_json()}
 

@@ -187,14 +187,15 @@ def measure(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunS
     return record_of(ready, sampling)
 
 
-def record_of(p: Prepared, sampling: Sampling) -> Record:
-    """The result record of a prepared case and its samples (throttled ones dropped where asked)."""
+def record_of(p: Prepared, sampling: Sampling, diagnose: bool = True) -> Record:
+    """The result record of a prepared case and its samples (throttled ones dropped where asked); without
+    ``diagnose``, no kernel names, peak memory or trace (they cost profiled calls)."""
     case, device, settings, built = p.case, p.device, p.settings, p.built
     keep, throttle = assess(sampling.sample_reasons, sampling.sample_clocks, device.max_sm_clock_mhz,
                             drop=settings.drop_throttled)
     samples = [sampling.samples_s[i] for i in keep]
     clocks = [c for i in keep if (c := sampling.sample_clocks[i])]
-    diagnostics = _diagnostics(p.step, device, settings, p.label)
+    diagnostics = _diagnostics(p.step, device, settings, p.label) if diagnose else {"kernels": [], "peak_memory": None}
     timing_check = None
     if settings.verify_timing and device.is_cuda:
         timing_check = TimingCheck(median(samples), profiled_kernel_time(built.timer, p.flush))

@@ -5,8 +5,8 @@ A B B A A B B A ..., until the pairs' ratio is known well enough or a cap is rea
 Pair ``i`` is the ``i``-th block of each arm; the two ran back to back, within a fraction of a second, so
 the clock and power state they saw is the same and their ratio keeps only the arms' difference. The
 alternating order (ABBA) cancels what runs first in a pair gaining or losing from it, and a clock drifting
-steadily within a pair. Each block starts with a sample thrown away (the arm's first after the other's).
-The block statistic is the median of its samples.
+steadily within a pair. A block of short samples starts with one thrown away (the arm's first after the
+other's). The block statistic is the median of its samples.
 
 Arms are anything with ``ask(request) -> answer`` (:class:`~pytest_attn.engine.arms.ArmProcess`; tests
 use fakes on a fake clock).
@@ -32,34 +32,40 @@ class Asks(Protocol):
 
 @dataclass(frozen=True)
 class PairRule:
-    """When to stop taking pairs: after ``min_pairs`` and an even count (as many pairs with A first as with B
-    first), once ``z`` standard errors of the mean log ratio fit in half the threshold (a change of the
-    threshold is then told from none), or at a cap. Blocks last about ``block_s``."""
+    """When to stop taking pairs, always at an even count (as many pairs with A first as with B first):
+    after ``min_pairs``, once ``z`` standard errors of the mean log ratio fit in half the threshold (a
+    change of the threshold is then told from none); after ``min_capped_pairs``, at the time cap
+    (both arms' blocks together) -- long calls, such as HunyuanVideo's 1.5 s step, get few pairs; or at
+    ``max_pairs``. A block lasts about ``block_s``: one sample where one sample is longer."""
 
     threshold: float = 0.02
     z: float = 3.0
     min_pairs: int = 8
+    min_capped_pairs: int = 4
     max_pairs: int = 400
-    max_time_s: float = 6.0  # both arms' blocks together
+    max_time_s: float = 6.0
     block_s: float = 0.05
     min_block_samples: int = 3
     max_block_samples: int = 2000
+    warm_below_s: float = 0.02  # a block of samples shorter than this starts with one thrown away
 
     def stop(self, a: list[float], b: list[float], elapsed_s: float) -> str | None:
         n = len(a)
-        if n < self.min_pairs or n % 2:
+        if n % 2 or n < min(self.min_pairs, self.min_capped_pairs):
             return None
         if n >= self.max_pairs:
             return "pair-cap"
         _, se = paired_log_ratio(a, b)
-        if self.z * se <= self.threshold / 2:
+        if n >= self.min_pairs and self.z * se <= self.threshold / 2:
             return "precision"
-        return "time-cap" if elapsed_s >= self.max_time_s else None
+        return "time-cap" if elapsed_s >= self.max_time_s and n >= self.min_capped_pairs else None
 
     def samples(self, wall_per_sample_s: float | None) -> int:
-        """Samples in a block of about ``block_s``."""
+        """Samples in a block of about ``block_s`` (one, where one sample is longer)."""
         if not wall_per_sample_s or wall_per_sample_s <= 0 or not math.isfinite(wall_per_sample_s):
             return self.min_block_samples
+        if wall_per_sample_s >= self.block_s:
+            return 1
         return max(self.min_block_samples, min(self.max_block_samples, round(self.block_s / wall_per_sample_s)))
 
 
@@ -104,10 +110,12 @@ def run_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Asks, 
     """Prepare both arms, take pairs of blocks in ABBA order until ``rule`` stops, and each arm's record."""
     run = PairRun(prepared=prepare_both(cases, label, a, b))
     run.timer = run.prepared[0]["timer"]
-    samples, t0 = rule.min_block_samples, clock()
+    per_sample = max(p["estimate_s"] * p["calls_per_sample"] for p in run.prepared)
+    samples, t0 = rule.samples(per_sample), clock()
     while True:
         order = (a, b) if len(run.a_s) % 2 == 0 else (b, a)
-        blocks = {arm.label: arm.ask({"op": "block", "samples": samples}) for arm in order}
+        warm = per_sample < rule.warm_below_s
+        blocks = {arm.label: arm.ask({"op": "block", "samples": samples, "warm": warm}) for arm in order}
         for arm, times, mhz in ((a, run.a_s, run.a_mhz), (b, run.b_s, run.b_mhz)):
             times.append(median(blocks[arm.label]["times"]))
             clocks = [c for c in blocks[arm.label]["clocks"] if c]
@@ -118,9 +126,10 @@ def run_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Asks, 
         if stop:
             run.stop = stop
             break
-        walls = [blocks[x.label]["wall_s"] / samples for x in order]
-        samples = rule.samples(max(walls))
-    run.records = (a.ask({"op": "finish", "stop": run.stop})["record"],
+        per_sample = max(blocks[x.label]["wall_s"] / samples for x in order)
+        samples = rule.samples(per_sample)
+    # kernel names and peak memory are B's figures; A's would cost two more profiled calls a case
+    run.records = (a.ask({"op": "finish", "stop": run.stop, "diagnose": False})["record"],
                    b.ask({"op": "finish", "stop": run.stop})["record"])
     return run
 
