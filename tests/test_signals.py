@@ -217,3 +217,24 @@ locker.release()
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "still running" in done.stdout, done.stderr
     assert (tmp_path / "calls.txt").read_text() == "lock 1980\nreset\n"
+
+
+def test_a_signal_repeated_at_once_is_one_request(monkeypatch):
+    """GNU timeout signals the command and then its process group: the command gets SIGTERM twice at once.
+    The repeat is the same request (the run still stops as after Ctrl-C); one a second later ends it."""
+    from pytest_attn.plugin import signals
+
+    now = [100.0]
+    monkeypatch.setattr(signals.time, "monotonic", lambda: now[0])
+    raised = []
+    monkeypatch.setattr(signals.signal, "raise_signal", raised.append)
+    monkeypatch.setattr(signals.signal, "signal", lambda signum, handler: None)
+    guard = signals.SignalsAsInterrupt()
+    with pytest.raises(KeyboardInterrupt):
+        guard.on_signal(signal.SIGTERM, None)
+    now[0] += 0.01
+    guard.on_signal(signal.SIGTERM, None)  # timeout's second delivery: nothing more happens
+    assert raised == []
+    now[0] += signals.REPEAT_WINDOW_S
+    guard.on_signal(signal.SIGTERM, None)
+    assert raised == [signal.SIGTERM]

@@ -14,8 +14,9 @@ with one line:
 * ``finish``: the arm's result record from all its blocks' samples, and the case's memory released;
 * ``release``: the case dropped unmeasured.
 
-It ignores SIGINT (Ctrl-C reaches the whole process group: the controller stops its arms) and ends at
-``bye`` or when its stdin closes (the controller is gone).
+It ignores SIGINT, SIGTERM and SIGHUP (Ctrl-C, GNU ``timeout`` and a closed terminal signal the whole
+process group: the controller finishes the run as after Ctrl-C and stops its arms) and ends at ``bye`` or
+when its stdin closes (the controller is gone).
 """
 
 from __future__ import annotations
@@ -188,7 +189,9 @@ def serve(lines: Iterable[str], out: IO[str], arm: Arm) -> None:
 
 
 def main() -> int:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):  # sent to the process group: the controller stops its arms
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # whatever a library prints goes to the log, not into the answers
     for quiet in QUIET_WARNINGS:

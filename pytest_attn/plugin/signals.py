@@ -6,20 +6,25 @@ two signals raise :class:`KeyboardInterrupt` instead, from the measuring loop on
 as after Ctrl-C -- the summary is printed, what pytest-benchmark saves is marked partial
 (:mod:`.history`), no baseline is saved (:mod:`.gate`), clocks are restored, exit status 2. A second
 signal of either kind ends the process by the signal's default action (a parent that insists gets its
-way). A signal that was ignored when the run started (``nohup``) or has a handler of someone else's is
-left alone, and so is every session where no attention case runs.
+way) -- unless it comes within :data:`REPEAT_WINDOW_S` of the first: GNU ``timeout`` sends its SIGTERM to
+the command and then to the command's process group, so the command receives it twice at once (on an H200
+an A/B run under ``timeout`` died with no summary). A signal that was ignored when the run started
+(``nohup``) or has a handler of someone else's is left alone, and so is every session where no attention case runs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import signal
+import time
 from typing import Any
 
 import pytest
 
 from .session import ATTN_SESSION, SIGNAL_GUARD, case_of_item
 
+#: A second signal this soon after the first is the same request delivered twice (see the module).
+REPEAT_WINDOW_S = 1.0
 AS_INTERRUPT = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
@@ -29,6 +34,7 @@ class SignalsAsInterrupt:
     def __init__(self) -> None:
         self.installed: dict[int, Any] = {}  # signal -> the handler it had
         self.received: str | None = None
+        self.received_at = 0.0
 
     def install(self) -> None:
         for signum in AS_INTERRUPT:
@@ -49,11 +55,13 @@ class SignalsAsInterrupt:
     def on_signal(self, signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
         if self.received is not None:  # the second one: end as the signal ends a process
+            if time.monotonic() - self.received_at < REPEAT_WINDOW_S:
+                return  # the first one delivered again (to the process, then to its group)
             self.uninstall()
             signal.signal(signum, signal.SIG_DFL)
             signal.raise_signal(signum)
             return
-        self.received = name
+        self.received, self.received_at = name, time.monotonic()
         raise KeyboardInterrupt(f"{name}: the run stops as after Ctrl-C (what was measured is kept, marked"
                                 " partial); send it again to end the process at once")
 
