@@ -1,0 +1,138 @@
+"""The paired A/B run (--attn-ab): arm specs, the ABBA scheduler on fake arms whose speed drifts, the
+statistics' widening for few pairs, and one real run of two worker processes on the CPU."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from factories import attention_suite
+
+from pytest_attn.engine.armspec import parse_ab
+from pytest_attn.engine.pairing import PairRule, run_pair
+from pytest_attn.engine.settings import CaseFailed, CaseSkipped
+from pytest_attn.verdicts.paired import few_pairs_factor, paired
+
+
+def test_arm_specs(tmp_path):
+    (tmp_path / "site").mkdir()
+    a, b = parse_ab("site,same+slowdown=2%+backend=fa4", tmp_path)
+    assert a.path == str((tmp_path / "site").resolve()) and a.python is None
+    assert b.path is None and b.slowdown == pytest.approx(0.02) and b.backend == "fa4"
+    python = parse_ab(f"same,{sys.executable}", tmp_path)[1]
+    assert python.python == sys.executable
+    for bad, says in [("same", "two arms"), ("same,nowhere", "neither a folder"), ("same,same+fast=1", "modifier"),
+                      ("same,same+slowdown=5", "reads as 500%")]:
+        with pytest.raises(ValueError, match=says):
+            parse_ab(bad, tmp_path)
+
+
+class FakeArm:
+    """An arm on a fake clock: its call takes ``base x factor / speed(t)``; every request is logged."""
+
+    def __init__(self, label, factor, clock, log, prepare=None):
+        self.label, self.factor, self.clock, self.log = label, factor, clock, log
+        self.prepare_answer = prepare or {"ok": True, "timer": "kernel-sum", "calls_per_sample": 20,
+                                          "estimate_s": 1e-4, "plan": ""}
+
+    def speed(self):  # +-5 % over the run, a full swing every ~3 s of fake time
+        return 1 + 0.05 * math.sin(self.clock[0] * 2)
+
+    def ask(self, request):
+        self.log.append((self.label, request["op"], request.get("timer")))
+        if request["op"] == "prepare":
+            return self.prepare_answer
+        if request["op"] == "block":
+            times = []
+            for _ in range(request["samples"]):
+                times.append(100e-6 * self.factor / self.speed())
+                self.clock[0] += 0.01
+            return {"times": times, "clocks": [1980] * len(times), "wall_s": 0.01 * len(times)}
+        if request["op"] == "finish":
+            return {"record": {"arm": self.label}}
+        return {"ok": True}
+
+
+RULE = PairRule(max_time_s=60)
+
+
+def _pair(factor_b, log=None, rule=RULE):
+    clock, log = [0.0], [] if log is None else log
+    a, b = FakeArm("A", 1.0, clock, log), FakeArm("B", factor_b, clock, log)
+    return run_pair(({}, {}), "t", a, b, rule, clock=lambda: clock[0]), log
+
+
+def test_abba_pairs_see_through_a_drifting_clock():
+    """The clock's speed swings +-5 % while the pairs run: a 2 % difference is SLOWER, an A/A SAME; the same
+    block times compared run against run (all of A, then all of B) are off by the drift."""
+    slower, log = _pair(1.02)
+    verdict = paired("x", slower.a_s, slower.b_s)
+    assert verdict.verdict == "SLOWER" and abs(verdict.change - 0.02) < 0.003
+    same = _pair(1.0)[0]
+    assert paired("x", same.a_s, same.b_s).verdict == "SAME"
+    # unpaired: A's blocks against B's blocks of the other half of the run (what run-vs-run compares)
+    half = len(slower.a_s) // 2
+    unpaired = paired("x", slower.a_s[:half], slower.b_s[half:])
+    assert abs(unpaired.change - 0.02) > abs(verdict.change - 0.02)
+    blocks = [(arm, op) for arm, op, _ in log if op == "block"]
+    assert blocks[:8] == [("A", "block"), ("B", "block"), ("B", "block"), ("A", "block")] * 2  # ABBA
+    assert len(slower.a_s) % 2 == 0 and slower.stop == "precision"
+    # B times with the timer A chose: both arms alike
+    assert [t for arm, op, t in log if op == "prepare"] == [None, "kernel-sum"]
+
+
+def test_either_arm_refusing_releases_the_other():
+    clock, log = [0.0], []
+    a = FakeArm("A", 1.0, clock, log)
+    b = FakeArm("B", 1.0, clock, log, prepare={"skip": "needs a GPU"})
+    with pytest.raises(CaseSkipped, match="arm B: needs a GPU"):
+        run_pair(({}, {}), "t", a, b, PairRule())
+    assert ("A", "release", None) in log
+    b.prepare_answer = {"fail": "wrong output"}
+    with pytest.raises(CaseFailed, match="arm B: wrong output"):
+        run_pair(({}, {}), "t", a, b, PairRule())
+
+
+def test_long_calls_get_one_sample_a_block_and_stop_at_the_time_cap():
+    rule = PairRule(max_time_s=0.0)
+    assert rule.samples(1.5) == 1 and rule.samples(1e-3) == 50 and rule.samples(None) == 3
+    assert rule.stop([1.0] * 3, [1.0] * 3, 10.0) is None  # odd: never
+    assert rule.stop([1.0, 1.1, 0.9, 1.0], [1.0, 1.2, 0.8, 1.0], 10.0) == "time-cap"
+
+
+def test_few_pairs_widen_the_noise():
+    """Four pairs estimate their own spread from three degrees of freedom: the rule takes it x3.1 (on an
+    H200 an A/A of power-capped HunyuanVideo, 4-6 pairs, was FASTER/SLOWER by 1.1-4.6 % without this)."""
+    assert few_pairs_factor(4) == pytest.approx(3.07, abs=0.02)
+    assert few_pairs_factor(8) == pytest.approx(1.51, abs=0.02)
+    assert 1.0 < few_pairs_factor(400) < 1.01
+    a = [1.0, 1.0, 1.0, 1.0]
+    b = [1.025, 1.02, 1.03, 1.022]  # +2.4 %, tight: SLOWER even from four pairs
+    assert paired("x", a, b).verdict == "SLOWER"
+    b = [1.012, 1.004, 1.02, 1.008]  # +1.1 % +- 0.34 %: three sigma says SLOWER, t says AMBIGUOUS
+    assert paired("x", a, b).verdict == "AMBIGUOUS"
+
+
+def test_a_real_ab_run_of_two_worker_processes(tmp_path):
+    """Two arm processes on this CPU: B slowed by 50 % on purpose is SLOWER in every case, the run fails,
+    the reports hold each case's ratio, and no stored baseline is read or written."""
+    (tmp_path / "test_ab_suite.py").write_text(attention_suite("prefill"))
+    report = tmp_path / "report"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--attn-profile=cpu",
+         "--attn-backends=sdpa-math", "--attn-max-time=0.2", "-k", "cross and fwd and not fwdbwd",
+         "--attn-ab=same,same+slowdown=50%", f"--attn-report={report}", "test_ab_suite.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out
+    assert "paired A/B at a 2.0% threshold: 2 SLOWER" in out, out
+    assert "B: same+slowdown=50%: this environment; slowed by 50.0% on purpose" in out
+    results = json.loads((report / "ab.json").read_text())["results"]
+    assert len(results) == 2 and all(r["paired"]["verdict"] == "SLOWER" for r in results)
+    assert all(r["interval"][0] > 0.1 for r in results)
+    assert "pytest-attn gate" not in out and not (tmp_path / "baselines").exists()
+    assert Path(report / "summary.md").read_text().startswith("### pytest-attn A/B: B is slower")
