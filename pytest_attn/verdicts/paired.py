@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
 
-from ..core.stats import paired_log_ratio, t_quantile
+from ..core.stats import paired_log_ratio, t_quantile, without_outliers
 from .gate import Z, verdict
 
 AB_THRESHOLD = 0.02
@@ -42,6 +42,7 @@ class Paired:
     change: float
     sigma: float  # the standard error of the mean log ratio (relative)
     verdict: str
+    dropped: int = 0  # pairs whose ratio was over twice or under half the median ratio (core.stats.without_outliers)
 
     def interval(self) -> tuple[float, float]:
         """The change's 95 % confidence interval (Student's t on the mean log ratio)."""
@@ -58,9 +59,13 @@ def paired(name: str, a_s: Sequence[float], b_s: Sequence[float], threshold: flo
         raise ValueError(f"{name}: {len(a_s)} blocks of A against {len(b_s)} of B; pair them one to one")
     if any(not (x > 0 and math.isfinite(x)) for x in (*a_s, *b_s)):
         raise ValueError(f"{name}: block times must be finite and positive")
-    mean, sigma = paired_log_ratio(a_s, b_s)
+    ratios = [b / a for a, b in zip(a_s, b_s, strict=True)]
+    kept = [i for i, r in enumerate(ratios) if r in without_outliers(ratios)[0]]  # a block the OS stalled
+    a_k, b_k = [a_s[i] for i in kept], [b_s[i] for i in kept]
+    mean, sigma = paired_log_ratio(a_k, b_k)
     change = math.expm1(mean)
-    return Paired(name, len(a_s), change, sigma, verdict(change, sigma * few_pairs_factor(len(a_s)), threshold))
+    return Paired(name, len(kept), change, sigma, verdict(change, sigma * few_pairs_factor(len(kept)), threshold),
+                  dropped=len(a_s) - len(kept))
 
 
 def few_pairs_factor(pairs: int) -> float:
@@ -107,6 +112,9 @@ class AbResult:
         if self.stop in ("time-cap", "pair-cap") and self.paired.verdict == "AMBIGUOUS":
             out.append(f"stopped at the {self.stop} after {self.paired.pairs} pairs; measure longer"
                        " (--attn-max-time) or lock the clocks")
+        if self.paired.dropped:
+            out.append(f"{self.paired.dropped} pair(s) left out: their ratio was over twice or under half the others'"
+                       " median (a block the machine stalled)")
         out += [f"arm {arm} throttled: {t}" for arm, t in zip("AB", self.throttle, strict=True) if t]
         return out
 
