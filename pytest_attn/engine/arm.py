@@ -37,14 +37,13 @@ import pytest_attn
 from ..backends import QUIET_WARNINGS, builtin_registry
 from ..backends.base import Registry, Unsupported
 from ..backends.registration import register_entry_points, register_from_file
-from ..core.case import AttnCase
 from ..core.codec import case_from_dict
 from ..core.device import DeviceInfo
 from .measure import Prepared, prepare, record_of
 from .nvml import Nvml
 from .probe import probe_device
 from .runner import describe_failure, make_room
-from .sampling import Sampling
+from .sampling import Sampling, take_sample
 from .settings import CaseFailed, CaseSkipped, RunSettings, required_bytes
 from .slowed import SlowedBackend
 from .stopping import WarmupRule
@@ -89,7 +88,7 @@ class Arm:
         self.device: DeviceInfo | None = None
         self.nvml: Nvml | None = None
         self.ready: Prepared | None = None
-        self.blocks: list[Sampling] = []
+        self.sampling = Sampling([], "", 0.0)  # the prepared case's samples, block after block
 
     def hello(self, request: dict[str, Any]) -> dict[str, Any]:
         registry = builtin_registry()
@@ -133,36 +132,27 @@ class Arm:
 
     def block(self, request: dict[str, Any]) -> dict[str, Any]:
         assert self.ready is not None and self.nvml is not None, "prepare first"
-        timer, nvml = self.ready.built.timer, self.nvml
+        timer, nvml, kept = self.ready.built.timer, self.nvml, self.sampling
         if request.get("warm", True):
             timer.sample()  # the first sample after the other arm ran: caches and clocks are the other's
-        t0 = time.perf_counter()
-        times, clocks, reasons = [], [], []
+        first, t0 = len(kept.samples_s), time.perf_counter()
         for _ in range(int(request["samples"])):
-            before = nvml.clocks_event_reasons()
-            times.append(timer.sample())
-            after = nvml.clocks_event_reasons()
-            reasons.append(None if before is None and after is None else (before or 0) | (after or 0))
-            clocks.append(nvml.sm_clock_mhz() or None)
+            take_sample(timer, kept, nvml.sm_clock_mhz, nvml.clocks_event_reasons)
         wall = time.perf_counter() - t0
-        self.blocks.append(Sampling(times, "pairs", wall, clocks, reasons))
-        return {"times": times, "clocks": clocks, "wall_s": wall}
+        kept.elapsed_s += wall
+        return {"times": kept.samples_s[first:], "clocks": kept.sample_clocks[first:], "wall_s": wall}
 
     def finish(self, request: dict[str, Any]) -> dict[str, Any]:
         assert self.ready is not None, "prepare first"
-        merged = Sampling([t for b in self.blocks for t in b.samples_s], request.get("stop", "pairs"),
-                          sum(b.elapsed_s for b in self.blocks), [c for b in self.blocks for c in b.sample_clocks],
-                          [r for b in self.blocks for r in b.sample_reasons])
-        record = record_of(self.ready, merged, diagnose=request.get("diagnose", True))
+        self.sampling.stop_reason = request.get("stop", "pairs")
+        record = record_of(self.ready, self.sampling, diagnose=request.get("diagnose", True))
         self.release({})
         return {"record": record.to_json()}
 
     def release(self, request: dict[str, Any]) -> dict[str, Any]:
-        case: AttnCase | None = self.ready.case if self.ready is not None else None
-        big = case is not None and self.device is not None and \
-            required_bytes(case, self.ready.backend, self.device) > COLLECT_ABOVE_BYTES  # type: ignore[union-attr]
-        self.ready, self.blocks = None, []
-        if big:
+        ready, self.ready, self.sampling = self.ready, None, Sampling([], "", 0.0)
+        if ready is not None and required_bytes(ready.case, ready.backend, ready.device) > COLLECT_ABOVE_BYTES:
+            del ready
             gc.collect()
         if self.device is not None and self.device.is_cuda:
             import torch

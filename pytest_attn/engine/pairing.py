@@ -80,9 +80,13 @@ class PairRun:
     block_samples: list[int] = field(default_factory=list)
     stop: str = ""
     elapsed_s: float = 0.0
-    timer: str = ""
     prepared: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
     records: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
+
+    @property
+    def timer(self) -> str:
+        """The timer both arms used (A's choice)."""
+        return str(self.prepared[0].get("timer", ""))
 
 
 def prepare_both(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Asks,
@@ -109,7 +113,6 @@ def run_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Asks, 
              clock: Callable[[], float] = time.perf_counter) -> PairRun:
     """Prepare both arms, take pairs of blocks in ABBA order until ``rule`` stops, and each arm's record."""
     run = PairRun(prepared=prepare_both(cases, label, a, b))
-    run.timer = run.prepared[0]["timer"]
     per_sample = max(p["estimate_s"] * p["calls_per_sample"] for p in run.prepared)
     samples, t0 = rule.samples(per_sample), clock()
     while True:

@@ -64,17 +64,22 @@ def sample_until(
     NVML's clocks-event reasons before and after each sample and the SM clock after it (outside the
     timed region)."""
     t0 = clock()
-    samples: list[float] = []
-    per_clock: list[int | None] = []
-    per_reason: list[int | None] = []
+    sampling = Sampling([], "", 0.0)
     while True:
-        before = read_reasons()
-        samples.append(timer.sample())
-        after = read_reasons()
-        per_reason.append(None if before is None and after is None else (before or 0) | (after or 0))
-        mhz = read_sm_clock()
-        per_clock.append(mhz or None)
-        elapsed = clock() - t0
-        reason = stop_reason(samples, elapsed, rule)
+        take_sample(timer, sampling, read_sm_clock, read_reasons)
+        sampling.elapsed_s = clock() - t0
+        reason = stop_reason(sampling.samples_s, sampling.elapsed_s, rule)
         if reason:
-            return Sampling(samples, reason, elapsed, per_clock, per_reason)
+            sampling.stop_reason = reason
+            return sampling
+
+
+def take_sample(timer: Timer, into: Sampling, read_sm_clock: Callable[[], int | None],
+                read_reasons: Callable[[], int | None]) -> None:
+    """One sample into ``into``, with NVML's clocks-event reasons read before and after it and the SM
+    clock after it (outside the timed region)."""
+    before = read_reasons()
+    into.samples_s.append(timer.sample())
+    after = read_reasons()
+    into.sample_reasons.append(None if before is None and after is None else (before or 0) | (after or 0))
+    into.sample_clocks.append(read_sm_clock() or None)

@@ -18,10 +18,10 @@ from .session import attn_cases, attn_session, fuzz_targets, prepare_attention_r
 pytest_plugins = [
     "pytest_attn.plugin.signals",
     "pytest_attn.plugin.workers",
+    "pytest_attn.plugin.gate",
     "pytest_attn.plugin.ab",
     "pytest_attn.plugin.bench",
     "pytest_attn.plugin.fuzz",
-    "pytest_attn.plugin.gate",
     "pytest_attn.plugin.history",
 ]
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from typing import Any
 
 import pytest
@@ -31,6 +30,7 @@ from ..engine.pairing import PairRule, PairRun, check_pair, run_pair
 from ..engine.settings import CaseFailed, CaseSkipped
 from ..verdicts.ab_reports import markdown, terminal_lines, write_ab_reports
 from ..verdicts.paired import AbResult, cycles_change, paired
+from .gate import append_job_summary, write_section
 from .session import AB_LINES, AB_RUN, ATTN_SESSION, AttnSession
 
 AB_PROPERTY = "pytest_attn_ab"
@@ -180,9 +180,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         if (folder := config.getoption("attn_report", None)) is not None:
             lines += [f"  {w}" for w in write_ab_reports(folder, run.results, run.lines(), run.threshold,
                                                          run.fail_on)]
-        if summary := os.environ.get("GITHUB_STEP_SUMMARY"):
-            with open(summary, "a") as fh:
-                fh.write(markdown(run.results, run.lines(), run.threshold, run.fail_on))
+        append_job_summary(markdown(run.results, run.lines(), run.threshold, run.fail_on))
     except OSError as exc:
         lines.append(f"error: writing the A/B report failed: {exc.strerror or exc} ({exc.filename}); the verdicts"
                      " above stand")
@@ -196,11 +194,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    lines = config.stash.get(AB_LINES, [])
-    if lines:
-        terminalreporter.write_sep("=", "pytest-attn A/B")
-        for line in lines:
-            terminalreporter.write_line(line)
+    write_section(terminalreporter, "pytest-attn A/B", config.stash.get(AB_LINES, []))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -175,10 +175,7 @@ def _reports(attn: AttnSession, records: list[Record], outcome: Outcome, name: s
             for written in write_reports(attn.gate.report, outcome.comparisons, name, records, outcome.notes,
                                          fail_on):
                 lines.append(f"  {written}")
-        summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
-        if summary_file:
-            with open(summary_file, "a") as fh:
-                fh.write(markdown(outcome.comparisons, name, outcome.notes, fail_on))
+        append_job_summary(markdown(outcome.comparisons, name, outcome.notes, fail_on))
     except OSError as exc:
         lines.append(f"error: writing the report failed: {exc.strerror or exc} ({exc.filename or 'a report file'});"
                      " the verdicts above stand. Free space there (or give --attn-report another folder) and rerun")
@@ -186,9 +183,21 @@ def _reports(attn: AttnSession, records: list[Record], outcome: Outcome, name: s
     return True
 
 
-def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    lines = config.stash.get(GATE_LINES, [])
+def append_job_summary(markdown_text: str) -> None:
+    """Append to the GitHub Actions job summary, where the job keeps one (``$GITHUB_STEP_SUMMARY``)."""
+    summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary_file:
+        with open(summary_file, "a") as fh:
+            fh.write(markdown_text)
+
+
+def write_section(terminalreporter: Any, title: str, lines: list[str]) -> None:
+    """A titled section of the terminal summary, where there are lines."""
     if lines:
-        terminalreporter.write_sep("=", "pytest-attn gate")
+        terminalreporter.write_sep("=", title)
         for line in lines:
             terminalreporter.write_line(line)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    write_section(terminalreporter, "pytest-attn gate", config.stash.get(GATE_LINES, []))
