@@ -15,7 +15,7 @@ from factories import attention_suite
 from pytest_attn.engine.armspec import parse_ab
 from pytest_attn.engine.pairing import PairRule, run_pair
 from pytest_attn.engine.settings import CaseFailed, CaseSkipped
-from pytest_attn.verdicts.paired import few_pairs_factor, paired
+from pytest_attn.verdicts.paired import AbResult, few_pairs_factor, paired
 
 
 def test_arm_specs(tmp_path):
@@ -101,7 +101,40 @@ def test_long_calls_get_one_sample_a_block_and_stop_at_the_time_cap():
     rule = PairRule(max_time_s=0.0)
     assert rule.samples(1.5) == 1 and rule.samples(1e-3) == 50 and rule.samples(None) == 3
     assert rule.stop([1.0] * 3, [1.0] * 3, 10.0) is None  # odd: never
-    assert rule.stop([1.0, 1.1, 0.9, 1.0], [1.0, 1.2, 0.8, 1.0], 10.0) == "time-cap"
+    tight = [1.02, 1.021, 1.019, 1.02]  # four pairs of a 1.5 s call, +2 % +- 0.05 %: decided, stop
+    assert rule.stop([1.0] * 4, tight, 0.0) == "time-cap"
+
+
+def test_a_case_too_noisy_at_the_time_cap_goes_on_to_the_noise_cap():
+    """On an H200 power-capped cases stopped at the time cap after 4-16 pairs whose ratio varied by 2-3 %:
+    AMBIGUOUS at 2 % and 3 % alike (one was SAME at 2 %). Such a case goes on, up to ``noisy_time_s``."""
+    rule = PairRule(max_time_s=2.0, noisy_time_s=6.0)
+    noisy = [1.0, 1.1, 0.9, 1.0]
+    assert rule.stop([1.0] * 4, noisy, 2.5) is None
+    assert rule.stop([1.0] * 4, noisy, 6.0) == "noise-cap"
+    # 12 pairs, +2 % +- 0.46 %: t's 1.3 x 3 x 0.46 % = 1.8 % is over 3/4 of the threshold: on
+    b = [1.02 + 0.016 * (-1) ** i for i in range(12)]
+    assert rule.stop([1.0] * 12, b, 2.5) is None
+    # on a fake clock, blocks of B +-3 % off at random: stopped at the time cap (as before this rule) 2 % and
+    # none are both AMBIGUOUS after 6 pairs; going on until the noise is decidable, SLOWER and SAME
+    for factor, verdict in ((1.02, "SLOWER"), (1.0, "SAME")):
+        for noisy_cap, stop, want in ((1.0, "noise-cap", "AMBIGUOUS"), (4.0, "time-cap", verdict)):
+            clock, log = [0.0], []
+            run = run_pair(({}, {}), "t", FakeArm("A", 1.0, clock, log), JitteryArm("B", factor, clock, log),
+                           PairRule(max_time_s=1.0, noisy_time_s=noisy_cap), clock=lambda c=clock: c[0])
+            assert (run.stop, paired("x", run.a_s, run.b_s).verdict) == (stop, want), (factor, noisy_cap)
+            assert len(run.a_s) > 20 if noisy_cap > 1 else len(run.a_s) == 6
+
+
+class JitteryArm(FakeArm):
+    """Each block +-3 % off at random (a power-capped GPU's clock, block to block)."""
+
+    def ask(self, request):
+        answer = super().ask(request)
+        if request["op"] == "block":
+            jitter = 1 + 0.03 * math.sin(len(self.log) * 2.399)  # deterministic, irregular
+            answer["times"] = [t * jitter for t in answer["times"]]
+        return answer
 
 
 def test_few_pairs_widen_the_noise():
@@ -146,7 +179,31 @@ def test_a_real_ab_run_of_two_worker_processes(tmp_path):
     assert len(results) == 2 and all(r["paired"]["verdict"] in ("SLOWER", "AMBIGUOUS", "SAME", "FASTER")
                                      for r in results)
     assert all("matmul after each call" in r["plans"][1] and not r["plans"][0] for r in results)
+    for r in results:  # every pair's blocks, to see what the clocks did pair by pair
+        a_s, b_s = r["blocks"]
+        assert len(a_s) == len(b_s) == r["paired"]["pairs"] + r["paired"]["dropped"] == len(r["block_mhz"][0])
+        assert AbResult.from_json(r).blocks == (tuple(a_s), tuple(b_s))
     slower = any(r["paired"]["verdict"] == "SLOWER" for r in results)
     assert done.returncode == (1 if slower else 0), out
     assert "pytest-attn gate" not in out and not (tmp_path / "baselines").exists()
     assert Path(report / "summary.md").read_text().startswith("### pytest-attn A/B: ")
+
+
+def test_a_faster_clock_in_b_does_not_hide_a_slowdown():
+    """The gate's rule, in pairs: on a power-capped H200 two cases slowed by 2 % on purpose ran at a ~2 %
+    higher SM clock in B and came out +0.2 % in time, SAME; in cycles they were slower, not SAME, so the
+    verdict is AMBIGUOUS. Without the block clocks the time alone says SAME; the A/A cases stay as they were."""
+    doc = json.loads((Path(__file__).parent / "data" / "h200_ab_pairs.json").read_text())
+    for case in doc["cases"]:
+        (a_s, b_s), (a_mhz, b_mhz) = case["blocks_s"], case["block_mhz"]
+        result = paired(case["case_id"], a_s, b_s, 0.02, a_mhz, b_mhz)
+        assert paired(case["case_id"], a_s, b_s, 0.02).verdict == case["recorded_verdict"]  # time alone
+        if case["run"] == "2%":
+            assert (result.in_time, result.verdict) == ("SAME", "AMBIGUOUS"), case["case_id"]
+            assert abs(result.change) < 0.005
+        else:
+            assert result.verdict == case["recorded_verdict"] == "AMBIGUOUS" and not result.in_time
+    # synthetic: the same times with equal clocks stay SAME
+    a, b = [1.0] * 8, [1.002, 1.001, 1.003, 1.002] * 2
+    assert paired("x", a, b, 0.02, [1800] * 8, [1800] * 8).verdict == "SAME"
+    assert paired("x", a, b, 0.02, [1800] * 8, [1840] * 8).verdict == "AMBIGUOUS"  # +2.2 % clock, +2.4 % cycles

@@ -42,7 +42,7 @@ class Timing:
     samples_s: tuple[float, ...]  # seconds per call, one per sample, as kept (after --attn-drop-throttled)
     median_s: float
     precision: float  # half-width of the median's 95 % CI over the median (inf with < 5 samples)
-    stop_reason: str  # "precision", "time-cap" or "sample-cap"
+    stop_reason: str  # "precision", "time-cap" or "sample-cap"; in an A/B arm the pairs' stop (engine.pairing)
     timer: str  # "cpu", "cuda-event", "cuda-graph" or "kernel-sum"
     timer_note: str = ""
     calls_per_sample: int = 1

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..core.stats import median, paired_log_ratio
+from ..core.stats import median, paired_log_ratio, t_widening
 from .settings import CaseFailed, CaseSkipped
 
 
@@ -33,10 +33,17 @@ class Asks(Protocol):
 @dataclass(frozen=True)
 class PairRule:
     """When to stop taking pairs, always at an even count (as many pairs with A first as with B first):
-    after ``min_pairs``, once ``z`` standard errors of the mean log ratio fit in half the threshold (a
-    change of the threshold is then told from none); after ``min_capped_pairs``, at the time cap
-    (both arms' blocks together) -- long calls, such as HunyuanVideo's 1.5 s step, get few pairs; or at
-    ``max_pairs``. A block lasts about ``block_s``: one sample where one sample is longer."""
+
+    * ``precision``: after ``min_pairs``, once ``z`` standard errors of the mean log ratio fit in half the
+      threshold (a change of the threshold is then told from none);
+    * ``time-cap``: after ``min_capped_pairs``, once both arms' blocks together took ``max_time_s`` and the
+      noise, widened by Student's t for the pairs taken (as the verdict widens it), is within
+      ``decidable`` of the threshold -- long calls, such as HunyuanVideo's 1.5 s step, get few pairs;
+    * ``noise-cap``: at ``noisy_time_s`` whatever the noise -- a case still too noisy at ``max_time_s``
+      (power-capped ones on an H200: a pair's ratio varied by 2-3 %) goes on until then;
+    * ``pair-cap``: at ``max_pairs``.
+
+    A block lasts about ``block_s``: one sample where one sample is longer."""
 
     threshold: float = 0.02
     z: float = 3.0
@@ -44,6 +51,10 @@ class PairRule:
     min_capped_pairs: int = 4
     max_pairs: int = 400
     max_time_s: float = 6.0
+    noisy_time_s: float = 18.0
+    #: the noise (``z`` widened standard errors, as a share of the threshold) the precision stop leaves at
+    #: ``min_pairs`` (half the threshold x t's 1.5 at 8 pairs)
+    decidable: float = 0.75
     block_s: float = 0.05
     min_block_samples: int = 3
     max_block_samples: int = 2000
@@ -58,7 +69,11 @@ class PairRule:
         _, se = paired_log_ratio(a, b)
         if n >= self.min_pairs and self.z * se <= self.threshold / 2:
             return "precision"
-        return "time-cap" if elapsed_s >= self.max_time_s and n >= self.min_capped_pairs else None
+        if n < self.min_capped_pairs or elapsed_s < self.max_time_s:
+            return None
+        if self.z * se * t_widening(self.z, n) <= self.decidable * self.threshold:
+            return "time-cap"
+        return "noise-cap" if elapsed_s >= self.noisy_time_s else None
 
     def samples(self, wall_per_sample_s: float | None) -> int:
         """Samples in a block of about ``block_s`` (one, where one sample is longer)."""

@@ -34,6 +34,10 @@ from .gate import append_job_summary, write_section
 from .session import AB_LINES, AB_RUN, ATTN_SESSION, AttnSession
 
 AB_PROPERTY = "pytest_attn_ab"
+#: A case still too noisy to decide at twice --attn-max-time goes on to this many times that. On an H200 an
+#: A/A stopped at twice gave power-capped cases 4-16 pairs and three were FASTER or SLOWER (1.1-4.6 %); going
+#: on, they took up to 46 pairs and none was (2026-11-24, the committed selection, --attn-max-time=1).
+NOISY_TIMES = 3
 REFUSED_WITH = {"attn_save_baseline": "--attn-save-baseline", "attn_add_to_baseline": "--attn-add-to-baseline",
                 "attn_inject_slowdown": "--attn-inject-slowdown (slow one arm instead: +slowdown=PCT)"}
 
@@ -58,7 +62,8 @@ class AbRun:
         return self._arms
 
     def rule(self, session: AttnSession) -> PairRule:
-        return PairRule(threshold=self.threshold, max_time_s=2 * session.settings.stop.max_time_s)
+        limit = session.settings.stop.max_time_s  # --attn-max-time: per arm, so twice that for both arms
+        return PairRule(threshold=self.threshold, max_time_s=2 * limit, noisy_time_s=NOISY_TIMES * 2 * limit)
 
     def measure(self, session: AttnSession, case: AttnCase, label: str) -> Record:
         """Arm B's record of the case (the outcome in :attr:`last`). Raises CaseSkipped or CaseFailed."""
@@ -118,11 +123,13 @@ def result_of(name: str, case: AttnCase, run: PairRun, a: Record, b: Record, thr
     b_mhz = [m for m in run.b_mhz if m]
     throttle = tuple(r.clocks.throttle.describe() if r.clocks.throttle is not None and r.clocks.throttle.throttled
                      else "" for r in (a, b))
-    return AbResult(name, case.id, case.group, case.backend, paired(name, run.a_s, run.b_s, threshold),
+    verdict = paired(name, run.a_s, run.b_s, threshold, run.a_mhz, run.b_mhz)
+    return AbResult(name, case.id, case.group, case.backend, verdict,
                     a.median_s, b.median_s, median(a_mhz) if a_mhz else None, median(b_mhz) if b_mhz else None,
                     cycles_change(run.a_s, run.b_s, run.a_mhz, run.b_mhz), run.stop, run.timer,
                     run.block_samples[-1] if run.block_samples else 0, run.elapsed_s,
-                    (throttle[0], throttle[1]), (run.prepared[0].get("plan", ""), run.prepared[1].get("plan", "")))
+                    (throttle[0], throttle[1]), (run.prepared[0].get("plan", ""), run.prepared[1].get("plan", "")),
+                    (tuple(run.a_s), tuple(run.b_s)), (tuple(run.a_mhz), tuple(run.b_mhz)))
 
 
 def ab_run(config: pytest.Config) -> AbRun | None:

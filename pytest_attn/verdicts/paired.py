@@ -21,14 +21,12 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
 from typing import Any
 
-from ..core.stats import paired_log_ratio, t_quantile, without_outliers
-from .gate import Z, verdict
+from ..core.stats import median, paired_log_ratio, t_quantile, t_widening, without_outliers
+from .gate import CLOCK_STEP, Z, verdict
 
 AB_THRESHOLD = 0.02
-_RULE_P = NormalDist().cdf(Z)  # the one-sided probability the rule's Z stands for
 #: A clock this much apart between the arms is noted (pairing saw the same seconds: the kernel's own doing).
 CLOCK_NOTE = 0.01
 
@@ -43,6 +41,7 @@ class Paired:
     sigma: float  # the standard error of the mean log ratio (relative)
     verdict: str
     dropped: int = 0  # pairs whose ratio was over twice or under half the median ratio (core.stats.without_outliers)
+    in_time: str = ""  # the verdict of the time alone, where the clock cycles changed it (see :func:`paired`)
 
     def interval(self) -> tuple[float, float]:
         """The change's 95 % confidence interval (Student's t on the mean log ratio)."""
@@ -51,10 +50,17 @@ class Paired:
         return math.expm1(centre - half), math.expm1(centre + half)
 
 
-def paired(name: str, a_s: Sequence[float], b_s: Sequence[float], threshold: float = AB_THRESHOLD) -> Paired:
+def paired(name: str, a_s: Sequence[float], b_s: Sequence[float], threshold: float = AB_THRESHOLD,
+           a_mhz: Sequence[float | None] = (), b_mhz: Sequence[float | None] = ()) -> Paired:
     """The verdict on ``b_s`` against ``a_s``: block times (seconds) of arm A and arm B, pair by pair in
     the order they ran. Fewer than two pairs cannot say how noisy the ratio is: AMBIGUOUS unless SAME is
-    impossible to miss."""
+    impossible to miss.
+
+    With every block's SM clock (``a_mhz``, ``b_mhz``), a SAME is AMBIGUOUS where B's clock was
+    :data:`~.gate.CLOCK_STEP` or more above A's and B is slower and not SAME in cycles (block time x its
+    clock) -- the gate's rule: a faster clock can hide a slower kernel. On a power-capped H200 two cases
+    slowed by 2 % on purpose ran at a 2 % higher clock than A and came out +0.2 % in time, SAME (+1.9 % and
+    +1.0 % in cycles): the extra work drew less power than attention, and the cap let the clock up."""
     if len(a_s) != len(b_s) or not a_s:
         raise ValueError(f"{name}: {len(a_s)} blocks of A against {len(b_s)} of B; pair them one to one")
     if any(not (x > 0 and math.isfinite(x)) for x in (*a_s, *b_s)):
@@ -63,9 +69,20 @@ def paired(name: str, a_s: Sequence[float], b_s: Sequence[float], threshold: flo
     kept = [i for i, r in enumerate(ratios) if r in without_outliers(ratios)[0]]  # a block the OS stalled
     a_k, b_k = [a_s[i] for i in kept], [b_s[i] for i in kept]
     mean, sigma = paired_log_ratio(a_k, b_k)
-    change = math.expm1(mean)
-    return Paired(name, len(kept), change, sigma, verdict(change, sigma * few_pairs_factor(len(kept)), threshold),
-                  dropped=len(a_s) - len(kept))
+    change, widen = math.expm1(mean), few_pairs_factor(len(kept))
+    in_time = verdict(change, sigma * widen, threshold)
+    result = Paired(name, len(kept), change, sigma, in_time, dropped=len(a_s) - len(kept))
+    clocks = (a_mhz, b_mhz)
+    if in_time != "SAME" or any(len(m) != len(a_s) or not all(m) for m in clocks):
+        return result
+    ma, mb = ([float(m[i]) for i in kept] for m in clocks)  # type: ignore[arg-type]
+    clock = median(mb) / median(ma) - 1
+    c_mean, c_sigma = paired_log_ratio([t * m for t, m in zip(a_k, ma, strict=True)],
+                                       [t * m for t, m in zip(b_k, mb, strict=True)])
+    cycles = math.expm1(c_mean)
+    if clock >= CLOCK_STEP and cycles > 0 and verdict(cycles, c_sigma * widen, threshold) != "SAME":
+        return dataclasses.replace(result, verdict="AMBIGUOUS", in_time=in_time)
+    return result
 
 
 def few_pairs_factor(pairs: int) -> float:
@@ -73,7 +90,7 @@ def few_pairs_factor(pairs: int) -> float:
     pairs: Student's t over the normal at the rule's Z (4 pairs: x3.1, 8: x1.5, 30: x1.1). On an H200 the
     power-capped HunyuanVideo cases, stopped at the time cap after 4-6 pairs, were FASTER or SLOWER by
     1.1-4.6 % in an A/A with the normal's Z; with t, AMBIGUOUS but for one."""
-    return t_quantile(_RULE_P, pairs - 1) / Z if pairs > 1 else math.inf
+    return t_widening(Z, pairs)
 
 
 @dataclass(frozen=True)
@@ -91,12 +108,14 @@ class AbResult:
     a_mhz: float | None = None
     b_mhz: float | None = None
     cycles_change: float | None = None  # the paired change in clock cycles (time x the block's clock)
-    stop: str = ""  # precision, time-cap or pair-cap
+    stop: str = ""  # precision, time-cap, noise-cap or pair-cap (engine.pairing.PairRule)
     timer: str = ""
     block_samples: int = 0  # samples in the last block
     elapsed_s: float = 0.0
     throttle: tuple[str, str] = ("", "")  # each arm's throttle summary, where it was throttled
     plans: tuple[str, str] = ("", "")  # a slowed arm: the work injected after each call
+    blocks: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())  # each arm's block medians (s), pair by pair
+    block_mhz: tuple[tuple[float | None, ...], tuple[float | None, ...]] = ((), ())  # their SM clocks
 
     @property
     def clock_change(self) -> float | None:
@@ -109,7 +128,11 @@ class AbResult:
             out.append(f"B ran at a {abs(clock):.1%} {'lower' if clock < 0 else 'higher'} SM clock than A in the same"
                        f" seconds -- its own power draw, as nothing else differed; in cycles B/A is"
                        f" {self.cycles_change:+.1%}")
-        if self.stop in ("time-cap", "pair-cap") and self.paired.verdict == "AMBIGUOUS":
+        if self.paired.in_time == "SAME" and self.paired.verdict == "AMBIGUOUS":
+            out.append("SAME in time but slower in cycles, at a higher clock in B: a faster clock can hide a slower"
+                       " kernel (B's extra work may draw less power, and a power cap then lets the clock up); lock"
+                       " the clocks, or rerun")
+        if self.stop in ("time-cap", "noise-cap", "pair-cap") and self.paired.verdict == "AMBIGUOUS":
             out.append(f"stopped at the {self.stop} after {self.paired.pairs} pairs; measure longer"
                        " (--attn-max-time) or lock the clocks")
         if self.paired.dropped:
@@ -130,6 +153,8 @@ class AbResult:
         fields["paired"] = Paired(**fields["paired"])
         fields["throttle"] = tuple(fields.get("throttle", ("", "")))
         fields["plans"] = tuple(fields.get("plans", ("", "")))
+        for key in ("blocks", "block_mhz"):
+            fields[key] = tuple(tuple(arm) for arm in fields.get(key, ((), ())))
         return cls(**fields)
 
 

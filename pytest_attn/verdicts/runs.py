@@ -31,13 +31,13 @@ class Bench:
     record: Record | None = None
     repeats_s: tuple[float, ...] = ()  # the medians of independent runs (--attn-add-to-baseline), when known
     sm_clock_mhz: float | None = None  # the median SM clock while sampling (a baseline: of its repeats)
-    stop_reason: str = ""  # "precision", "time-cap" or "sample-cap" ("" when not recorded)
+    stop_reason: str = ""  # "precision", "time-cap", "sample-cap"; an A/B's "noise-cap" ("" when not recorded)
     repeats_clock_mhz: tuple[float, ...] = ()  # the SM clock of each of ``repeats_s``, when all are known
 
     @property
     def converged(self) -> bool:
-        """False when sampling stopped at its time cap before the precision target."""
-        return self.stop_reason != "time-cap"
+        """False when sampling stopped at a time cap before the precision target."""
+        return self.stop_reason not in ("time-cap", "noise-cap")
 
     @property
     def cycles(self) -> float | None:
