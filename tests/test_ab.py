@@ -160,21 +160,24 @@ def test_one_stalled_block_does_not_blind_the_verdict():
     assert result.change == pytest.approx(0.5, abs=0.01)
 
 
-def test_a_real_ab_run_of_two_worker_processes(tmp_path):
+@pytest.mark.parametrize("xdist", [(), ("-n", "1")], ids=["one-process", "xdist-worker"])
+def test_a_real_ab_run_of_two_worker_processes(tmp_path, xdist):
     """Two arm processes on this CPU, B slowed by 50 % on purpose: both cases are measured by both arms and
     judged, the exit status follows the verdicts, the reports hold each case, no stored baseline is read or
-    written. (The verdicts' power is proven on the fake clock above: on the 2-core CI machine, loaded by
-    pytest-xdist, a CPU case's samples swung from 6 us to 3.5 ms, and one case came out AMBIGUOUS.)"""
+    written; under pytest-xdist the worker's arms, and the controller reports what they ran. (The verdicts'
+    power is proven on the fake clock above: on the 2-core CI machine, loaded by pytest-xdist, a CPU case's
+    samples swung from 6 us to 3.5 ms, and one case came out AMBIGUOUS.)"""
     (tmp_path / "test_ab_suite.py").write_text(attention_suite("prefill"))
     report = tmp_path / "report"
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--attn-profile=cpu",
          "--attn-backends=sdpa-math", "--attn-max-time=0.5", "-k", "cross and fwd and not fwdbwd",
-         "--attn-ab=same,same+slowdown=50%", f"--attn-report={report}", "test_ab_suite.py"],
+         "--attn-ab=same,same+slowdown=50%", f"--attn-report={report}", *xdist, "test_ab_suite.py"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300)
     out = done.stdout + done.stderr
     assert "paired A/B at a 2.0% threshold: " in out, out
-    assert "B: same+slowdown=50%: this environment; slowed by 50.0% on purpose" in out
+    assert "B: same+slowdown=50%: this environment; slowed by 50.0% on purpose -- " in out  # and what it ran
+    assert "pytest-attn from " in out
     results = json.loads((report / "ab.json").read_text())["results"]
     assert len(results) == 2 and all(r["paired"]["verdict"] in ("SLOWER", "AMBIGUOUS", "SAME", "FASTER")
                                      for r in results)

@@ -34,6 +34,7 @@ from .gate import append_job_summary, write_section
 from .session import AB_LINES, AB_RUN, ATTN_SESSION, AttnSession
 
 AB_PROPERTY = "pytest_attn_ab"
+AB_ARMS_PROPERTY = "pytest_attn_ab_arms"  # a worker's arm lines (what each arm runs), for the controller's summary
 #: A case still too noisy to decide at twice --attn-max-time goes on to this many times that. On an H200 an
 #: A/A stopped at twice gave power-capped cases 4-16 pairs and three were FASTER or SLOWER (1.1-4.6 %); going
 #: on, they took up to 46 pairs and none was (2026-11-24, the committed selection, --attn-max-time=1).
@@ -51,6 +52,7 @@ class AbRun:
         self.fail_on = fail_on
         self.results: list[AbResult] = []
         self.last: AbResult | None = None
+        self.worker_lines: list[str] = []  # a controller's: the arm lines its workers saw
         self._arms: tuple[ArmProcess, ArmProcess] | None = None
 
     def arms(self, session: AttnSession) -> tuple[ArmProcess, ArmProcess]:
@@ -99,6 +101,9 @@ class AbRun:
         return data
 
     def lines(self) -> list[str]:
+        """What each arm runs; a controller of pytest-xdist workers, which starts no arms, reports its workers'."""
+        if self._arms is None and self.worker_lines:
+            return list(self.worker_lines)
         out = []
         for label, spec, arm in zip("AB", self.specs, self._arms or (None, None), strict=True):
             about = arm.about if arm is not None else {}
@@ -145,6 +150,7 @@ def hand_over(run: AbRun, request: pytest.FixtureRequest, extra_info: dict[str, 
     extra_info["attn_ab"] = result.to_json()
     if worker:
         request.node.user_properties.append((AB_PROPERTY, json.dumps(result.to_json())))
+        request.node.user_properties.append((AB_ARMS_PROPERTY, json.dumps(run.lines())))
 
 
 # ---- hooks ---------------------------------------------------------------------------------------
@@ -169,8 +175,12 @@ class Collector:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         for name, value in report.user_properties:
-            if name == AB_PROPERTY and report.when == "call" and isinstance(value, str):
+            if report.when != "call" or not isinstance(value, str):
+                continue
+            if name == AB_PROPERTY:
                 self.run.results.append(AbResult.from_json(json.loads(value)))
+            elif name == AB_ARMS_PROPERTY and not self.run.worker_lines:
+                self.run.worker_lines = json.loads(value)
 
 
 @pytest.hookimpl(trylast=True)
