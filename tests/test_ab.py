@@ -115,8 +115,8 @@ def test_a_case_too_noisy_at_the_time_cap_goes_on_to_the_noise_cap():
     # 12 pairs, +2 % +- 0.46 %: t's 1.3 x 3 x 0.46 % = 1.8 % is over 3/4 of the threshold: on
     b = [1.02 + 0.016 * (-1) ** i for i in range(12)]
     assert rule.stop([1.0] * 12, b, 2.5) is None
-    # on a fake clock, blocks of B +-3 % off at random: stopped at the time cap (as before this rule) 2 % and
-    # none are both AMBIGUOUS after 6 pairs; going on until the noise is decidable, SLOWER and SAME
+    # on a fake clock, blocks of B +-3 % off at random: stopped at the time cap (as before this rule), a 2 %
+    # change and none are both AMBIGUOUS after 6 pairs; going on until the noise decides, SLOWER and SAME
     for factor, verdict in ((1.02, "SLOWER"), (1.0, "SAME")):
         for noisy_cap, stop, want in ((1.0, "noise-cap", "AMBIGUOUS"), (4.0, "time-cap", verdict)):
             clock, log = [0.0], []
@@ -164,7 +164,7 @@ def test_one_stalled_block_does_not_blind_the_verdict():
 def test_a_real_ab_run_of_two_worker_processes(tmp_path, xdist):
     """Two arm processes on this CPU, B slowed by 50 % on purpose: both cases are measured by both arms and
     judged, the exit status follows the verdicts, the reports hold each case, no stored baseline is read or
-    written; under pytest-xdist the worker's arms, and the controller reports what they ran. (The verdicts'
+    written; under pytest-xdist a worker runs the arms and the controller reports what they ran. (The verdicts'
     power is proven on the fake clock above: on the 2-core CI machine, loaded by pytest-xdist, a CPU case's
     samples swung from 6 us to 3.5 ms, and one case came out AMBIGUOUS.)"""
     (tmp_path / "test_ab_suite.py").write_text(attention_suite("prefill"))
