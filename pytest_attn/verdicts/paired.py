@@ -72,15 +72,14 @@ def paired(name: str, a_s: Sequence[float], b_s: Sequence[float], threshold: flo
     change, widen = math.expm1(mean), few_pairs_factor(len(kept))
     in_time = verdict(change, sigma * widen, threshold)
     result = Paired(name, len(kept), change, sigma, in_time, dropped=len(a_s) - len(kept))
-    clocks = (a_mhz, b_mhz)
-    if in_time != "SAME" or any(len(m) != len(a_s) or not all(m) for m in clocks):
+    ma = _clocks([a_mhz[i] for i in kept if i < len(a_mhz)], len(kept))  # the kept blocks' clocks, all or none
+    mb = _clocks([b_mhz[i] for i in kept if i < len(b_mhz)], len(kept))
+    if in_time != "SAME" or not ma or not mb:
         return result
-    ma, mb = ([float(m[i]) for i in kept] for m in clocks)  # type: ignore[arg-type]
     clock = median(mb) / median(ma) - 1
-    c_mean, c_sigma = paired_log_ratio([t * m for t, m in zip(a_k, ma, strict=True)],
-                                       [t * m for t, m in zip(b_k, mb, strict=True)])
-    cycles = math.expm1(c_mean)
-    if clock >= CLOCK_STEP and cycles > 0 and verdict(cycles, c_sigma * widen, threshold) != "SAME":
+    mean_c, sigma_c = _paired_cycles(a_k, b_k, ma, mb)
+    cycles = math.expm1(mean_c)
+    if clock >= CLOCK_STEP and cycles > 0 and verdict(cycles, sigma_c * widen, threshold) != "SAME":
         return dataclasses.replace(result, verdict="AMBIGUOUS", in_time=in_time)
     return result
 
@@ -161,8 +160,18 @@ class AbResult:
 def cycles_change(a_s: Sequence[float], b_s: Sequence[float], a_mhz: Sequence[float | None],
                   b_mhz: Sequence[float | None]) -> float | None:
     """The paired change in cycles (each block's time x its SM clock), where every block has its clock."""
-    if not a_mhz or any(not x for x in (*a_mhz, *b_mhz)):
-        return None
-    a_c = [t * m for t, m in zip(a_s, a_mhz, strict=True) if m]
-    b_c = [t * m for t, m in zip(b_s, b_mhz, strict=True) if m]
-    return math.expm1(paired_log_ratio(a_c, b_c)[0])
+    ma, mb = _clocks(a_mhz, len(a_s)), _clocks(b_mhz, len(b_s))
+    return math.expm1(_paired_cycles(a_s, b_s, ma, mb)[0]) if ma and mb else None
+
+
+def _clocks(mhz: Sequence[float | None], blocks: int) -> list[float] | None:
+    """Every block's clock, or None where one is missing."""
+    known = [float(m) for m in mhz if m]
+    return known if blocks and len(known) == blocks else None
+
+
+def _paired_cycles(a_s: Sequence[float], b_s: Sequence[float], a_mhz: Sequence[float],
+                   b_mhz: Sequence[float]) -> tuple[float, float]:
+    """(mean, standard error) of the log ratio in cycles, block by block."""
+    return paired_log_ratio([t * m for t, m in zip(a_s, a_mhz, strict=True)],
+                            [t * m for t, m in zip(b_s, b_mhz, strict=True)])
