@@ -22,14 +22,13 @@ from ..core.case import AttnCase
 from ..core.codec import case_from_dict, case_to_dict
 from ..core.device import DeviceInfo
 from ..core.record import Record
-from ..core.stats import median
 from ..engine.arm import settings_to_json
 from ..engine.arms import ArmError, ArmProcess
 from ..engine.armspec import ArmSpec
 from ..engine.pairing import PairRule, PairRun, check_pair, run_pair
 from ..engine.settings import CaseFailed, CaseSkipped
 from ..verdicts.ab_reports import markdown, terminal_lines, write_ab_reports
-from ..verdicts.paired import AbResult, cycles_change, paired
+from ..verdicts.paired import AbResult, paired
 from .gate import append_job_summary, write_section
 from .session import AB_LINES, AB_RUN, ATTN_SESSION, AttnSession
 
@@ -124,14 +123,11 @@ def _pinned(device: DeviceInfo, mine: DeviceInfo) -> DeviceInfo:
 
 def result_of(name: str, case: AttnCase, run: PairRun, a: Record, b: Record, threshold: float) -> AbResult:
     """One case's outcome from its pairs and the arms' records. Pure."""
-    a_mhz = [m for m in run.a_mhz if m]
-    b_mhz = [m for m in run.b_mhz if m]
     throttle = tuple(r.clocks.throttle.describe() if r.clocks.throttle is not None and r.clocks.throttle.throttled
                      else "" for r in (a, b))
     verdict = paired(name, run.a_s, run.b_s, threshold, run.a_mhz, run.b_mhz)
     return AbResult(name, case.id, case.group, case.backend, verdict,
-                    a.median_s, b.median_s, median(a_mhz) if a_mhz else None, median(b_mhz) if b_mhz else None,
-                    cycles_change(run.a_s, run.b_s, run.a_mhz, run.b_mhz), run.stop, run.timer,
+                    a.median_s, b.median_s, run.stop, run.timer,
                     run.block_samples[-1] if run.block_samples else 0, run.elapsed_s,
                     (throttle[0], throttle[1]), (run.prepared[0].get("plan", ""), run.prepared[1].get("plan", "")),
                     (tuple(run.a_s), tuple(run.b_s)), (tuple(run.a_mhz), tuple(run.b_mhz)))

@@ -94,8 +94,8 @@ def few_pairs_factor(pairs: int) -> float:
 
 @dataclass(frozen=True)
 class AbResult:
-    """One case of an A/B run: the paired verdict, each arm's median over all its samples, and what the SM
-    clock did in each arm (the median of its blocks' medians)."""
+    """One case of an A/B run: the paired verdict, each arm's median over all its samples, every pair's
+    blocks, and what the SM clock did in each arm (derived from the blocks' clocks)."""
 
     name: str  # the test
     case_id: str
@@ -104,9 +104,6 @@ class AbResult:
     paired: Paired
     a_median_s: float
     b_median_s: float
-    a_mhz: float | None = None
-    b_mhz: float | None = None
-    cycles_change: float | None = None  # the paired change in clock cycles (time x the block's clock)
     stop: str = ""  # precision, time-cap, noise-cap or pair-cap (engine.pairing.PairRule)
     timer: str = ""
     block_samples: int = 0  # samples in the last block
@@ -115,6 +112,20 @@ class AbResult:
     plans: tuple[str, str] = ("", "")  # a slowed arm: the work injected after each call
     blocks: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())  # each arm's block medians (s), pair by pair
     block_mhz: tuple[tuple[float | None, ...], tuple[float | None, ...]] = ((), ())  # their SM clocks
+
+    @property
+    def a_mhz(self) -> float | None:
+        """A's SM clock: the median of its blocks' clocks (None where none was read)."""
+        return _median_clock(self.block_mhz[0])
+
+    @property
+    def b_mhz(self) -> float | None:
+        return _median_clock(self.block_mhz[1])
+
+    @property
+    def cycles_change(self) -> float | None:
+        """The paired change in clock cycles (each block's time x its clock), where every block has its clock."""
+        return cycles_change(*self.blocks, *self.block_mhz)
 
     @property
     def clock_change(self) -> float | None:
@@ -143,18 +154,27 @@ class AbResult:
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         lo, hi = self.paired.interval()
-        data["interval"] = [lo, hi]
+        data.update(interval=[lo, hi], a_mhz=self.a_mhz, b_mhz=self.b_mhz, cycles_change=self.cycles_change)
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> AbResult:
-        fields = {k: v for k, v in data.items() if k != "interval"}
+        fields = {k: v for k, v in data.items() if k not in DERIVED}
         fields["paired"] = Paired(**fields["paired"])
         fields["throttle"] = tuple(fields.get("throttle", ("", "")))
         fields["plans"] = tuple(fields.get("plans", ("", "")))
         for key in ("blocks", "block_mhz"):
             fields[key] = tuple(tuple(arm) for arm in fields.get(key, ((), ())))
         return cls(**fields)
+
+
+#: What ab.json carries beside the fields, derived from them (for its readers; read back, it is derived again).
+DERIVED = ("interval", "a_mhz", "b_mhz", "cycles_change")
+
+
+def _median_clock(mhz: Sequence[float | None]) -> float | None:
+    known = [m for m in mhz if m]
+    return median(known) if known else None
 
 
 def cycles_change(a_s: Sequence[float], b_s: Sequence[float], a_mhz: Sequence[float | None],
