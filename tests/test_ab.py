@@ -10,9 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from factories import attention_suite
+from factories import CPU, attention_suite, dense
 
+from pytest_attn.core.codec import case_to_dict
+from pytest_attn.engine import arm as arm_module
 from pytest_attn.engine.armspec import parse_ab
+from pytest_attn.engine.nvml import NoNvml
 from pytest_attn.engine.pairing import PairRule, run_pair
 from pytest_attn.engine.settings import CaseFailed, CaseSkipped
 from pytest_attn.verdicts.paired import AbResult, few_pairs_factor, paired
@@ -83,6 +86,39 @@ def test_abba_pairs_see_through_a_drifting_clock():
     assert len(slower.a_s) % 2 == 0 and slower.stop == "precision"
     # B times with the timer A chose: both arms alike
     assert [t for arm, op, t in log if op == "prepare"] == [None, "kernel-sum"]
+
+
+def test_b_times_with_a_s_timer_and_input_sets():
+    """Both arms' calls alike: B is told the timer and the number of rotated input sets A built."""
+    clock, log, asked = [0.0], [], []
+    a = FakeArm("A", 1.0, clock, log, prepare={"ok": True, "timer": "kernel-sum", "input_sets": 4,
+                                               "calls_per_sample": 4, "estimate_s": 6.4e-3, "plan": ""})
+    b = FakeArm("B", 1.0, clock, log)
+    answer_b = b.ask
+    b.ask = lambda request: (asked.append(request), answer_b(request))[1]
+    run_pair(({}, {}), "t", a, b, PairRule(max_time_s=1))
+    prepare = next(r for r in asked if r["op"] == "prepare")
+    assert (prepare["timer"], prepare["input_sets"]) == ("kernel-sum", 4)
+
+
+def test_an_arm_times_by_kernels_and_at_several_places_in_memory(monkeypatch):
+    """An arm's own settings: kernel-sum up to 0.1 s and at least four input sets (the H200 evidence is at
+    the constants), and the sets B is told win over its own floor."""
+    seen = []
+
+    def prepare(case, backend, device, settings, free, label):
+        seen.append(settings)
+        raise CaseSkipped("enough")
+
+    monkeypatch.setattr(arm_module, "make_room", lambda case, backend, device, settings: None)
+    monkeypatch.setattr(arm_module, "prepare", prepare)
+    arm = arm_module.Arm(lambda: (CPU, NoNvml("a test")))
+    arm.hello({"settings": {"timer": "auto"}})
+    assert (arm.settings.events_from_s, arm.settings.min_input_sets) == (0.1, 4)
+    case = case_to_dict(dense("sdpa-math"))
+    assert arm.prepare({"case": case, "timer": None}) == {"skip": "enough"}
+    assert arm.prepare({"case": case, "timer": "kernel-sum", "input_sets": 23}) == {"skip": "enough"}
+    assert [(x.timer, x.min_input_sets, x.events_from_s) for x in seen] == [("auto", 4, 0.1), ("kernel-sum", 23, 0.1)]
 
 
 def test_either_arm_refusing_releases_the_other():

@@ -16,6 +16,11 @@ def test_timer_choice():
     assert choose_timer("cuda-event", on_cuda=False, call_estimate_s=0.2) == "cpu"
     with pytest.raises(ValueError, match="timer='wall'"):
         choose_timer("wall", True, 1.0)
+    # an A/B arm takes kernel-sum up to 0.1 s: a 6.4 ms fwd+bwd step is its kernels' time, not the host's
+    assert choose_timer("auto", True, 6.4e-3) == "cuda-event"
+    assert choose_timer("auto", True, 6.4e-3, events_from_s=0.1) == "kernel-sum"
+    assert choose_timer("auto", True, 0.27, events_from_s=0.1) == "cuda-event"
+    assert choose_timer("cuda-event", True, 6.4e-3, events_from_s=0.1) == "cuda-event"  # asked for: as asked
 
 
 def test_graph_calls_and_input_sets():
@@ -30,12 +35,20 @@ def test_graph_calls_and_input_sets():
     assert graph_calls_per_replay(90e-6, sets=23, kernel_sum=True) == 23
     assert graph_calls_per_replay(3e-3, sets=2, kernel_sum=True) == 8
     assert graph_calls_per_replay(5e-6, sets=1, kernel_sum=True) == 8
+    # a call of 5 ms or more (kernel-sum only where asked, or in an A/B arm): one pass over the sets
+    assert graph_calls_per_replay(6.4e-3, sets=4, kernel_sum=True) == 4
+    assert graph_calls_per_replay(6.4e-3, sets=1, kernel_sum=True) == 1
     l2 = 60 << 20
     assert input_sets(8 << 20, l2) == 23  # 3 x 60 MiB / 8 MiB
     assert input_sets(64 << 20, l2) == 3
     assert input_sets(2 << 30, l2) == 1
     assert input_sets(1024, l2) == 32  # capped
     assert input_sets(8 << 20, None) == 1
+    # an A/B arm's floor: several places in memory, even where one set is past 3x the L2
+    assert input_sets(2 << 30, l2, min_sets=4) == 4
+    assert input_sets(64 << 20, l2, min_sets=4) == 4
+    assert input_sets(8 << 20, l2, min_sets=4) == 23
+    assert input_sets(8 << 20, None, min_sets=4) == 4
 
 
 def test_cpu_timer_cycles_input_sets(fake_clock):

@@ -7,8 +7,8 @@ with one line:
 * ``hello``: the run's settings, the slowdown and the files that register back ends; answers with this
   arm's interpreter, pytest-attn, torch and kernel-library versions and its device;
 * ``prepare``: a case (its JSON form, :mod:`pytest_attn.core.codec`): can it run here, inputs, the check
-  against the reference, warm-up, the timer (the kind the controller names, so both arms time alike);
-  answers ``ok`` with the timer, or ``skip``/``fail`` with the reason;
+  against the reference, warm-up, the timer (the kind and the input sets the controller names, so both
+  arms time alike); answers ``ok`` with the timer, or ``skip``/``fail`` with the reason;
 * ``block``: one sample thrown away (the first after the other arm ran; unless ``warm`` is false), then N
   samples with the SM clock and throttle reasons of each;
 * ``finish``: the arm's result record from all its blocks' samples, and the case's memory released;
@@ -49,6 +49,17 @@ from .slowed import SlowedBackend
 from .stopping import WarmupRule
 
 PROTOCOL = 1
+#: An arm times calls up to this long by their kernels' time (kernel-sum), not up to 5 ms as a plain run does.
+#: On an H200 (2026-11-24) events read a 6.4 ms FA2 fwd+bwd step 2.6-3 % longer than its kernels (the host's
+#: Python between launches), with 4x the noise of kernel-sum; a host share can differ between two processes,
+#: which pairing cannot see: an A/A gave the varlen step +1.07 % (SLOWER), four fresh pairs of processes -0.08
+#: to +0.46 %.
+EVENTS_FROM_S = 0.1
+#: A graph-timed arm rotates at least this many input sets, so its calls sit at several places in memory. On
+#: an H200, six placements of one FA2 serving batch in one process (blocks taken in turn) differed by up to
+#: 1.9 % (SD 0.39-0.64 % in three processes, where the blocks' own noise explains 0.37-0.50 %); with one
+#: placement per arm, pairs cannot see that difference (an A/A gave that case +2.44 %, SLOWER).
+MIN_INPUT_SETS = 4
 LIBRARIES = ("torch", "flash_attn", "flash_attn_4", "flashinfer_python", "triton")
 #: After a case this large the arm collects its garbage, so the other arm's process can have the memory.
 COLLECT_ABOVE_BYTES = 256 * 2**20
@@ -97,7 +108,8 @@ class Arm:
             register_from_file(registry, path)
         slowdown = request.get("slowdown")
         self.registry = registry.wrapped(lambda b: SlowedBackend(b, slowdown)) if slowdown else registry
-        self.settings = settings_from_json(request.get("settings", {}))
+        self.settings = dataclasses.replace(settings_from_json(request.get("settings", {})),
+                                            events_from_s=EVENTS_FROM_S, min_input_sets=MIN_INPUT_SETS)
         self.device, self.nvml = self._probe()
         return {"protocol": PROTOCOL, "python": sys.executable, "pytest_attn": os.path.dirname(pytest_attn.__file__),
                 "versions": versions(), "device": self.device.describe(), "uuid": self.device.uuid,
@@ -108,7 +120,8 @@ class Arm:
         self.release({})
         case = case_from_dict(request["case"])
         backend = self.registry.get(case.backend)
-        settings = dataclasses.replace(self.settings, timer=request.get("timer") or self.settings.timer)
+        settings = dataclasses.replace(self.settings, timer=request.get("timer") or self.settings.timer,
+                                       min_input_sets=request.get("input_sets") or self.settings.min_input_sets)
         try:
             free = make_room(case, backend, self.device, settings)
             self.ready = prepare(case, backend, self.device, settings, free, request.get("label") or case.id)
@@ -119,7 +132,8 @@ class Arm:
         except Exception as exc:
             return self._failed(describe_failure(case, exc))
         built, check = self.ready.built, self.ready.check
-        return {"ok": True, "timer": built.kind, "calls_per_sample": built.timer.calls_per_sample,
+        return {"ok": True, "timer": built.kind, "input_sets": built.input_sets,
+                "calls_per_sample": built.timer.calls_per_sample,
                 "estimate_s": self.ready.warmup.estimate_s, "plan": getattr(backend, "last_plan", ""),
                 "check": f"{check.rows} rows, max error {check.max_error:.3g} of {check.allowed:.3g} allowed"
                 if check is not None else "not checked (--attn-no-verify)"}

@@ -126,7 +126,7 @@ def _timer(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSe
 
     def more_sets(have: int) -> list[Callable[[], Any]]:
         per_set = flops.min_bytes(case)
-        sets = input_sets(per_set, device.l2_bytes)
+        sets = input_sets(per_set, device.l2_bytes, min_sets=settings.min_input_sets)
         if free is not None and device.is_cuda:  # extra copies may use half of what the first one left free
             sets = max(1, min(sets, (free - required_bytes(case, backend, device)) // (2 * per_set)))
         out = []
@@ -136,7 +136,7 @@ def _timer(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSe
             out.append(make_step(case, backend.prepare(case, extra), extra))
         return out
 
-    kind = choose_timer(settings.timer, device.is_cuda, report.estimate_s)
+    kind = choose_timer(settings.timer, device.is_cuda, report.estimate_s, settings.events_from_s)
     return build_timer(kind, [step], report.estimate_s, flush, more_sets), report, flush
 
 

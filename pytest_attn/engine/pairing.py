@@ -106,10 +106,11 @@ class PairRun:
 
 def prepare_both(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Asks,
                  b: Asks) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Both arms set the case up and check it; B times it with the timer A chose. CaseSkipped or
-    CaseFailed (naming the arm) where either cannot; then neither holds the case."""
+    """Both arms set the case up and check it; B times it with the timer and the input sets A chose.
+    CaseSkipped or CaseFailed (naming the arm) where either cannot; then neither holds the case."""
     first = _prepared(a, {"op": "prepare", "case": cases[0], "label": label, "timer": None}, [])
-    second = _prepared(b, {"op": "prepare", "case": cases[1], "label": label, "timer": first["timer"]}, [a])
+    second = _prepared(b, {"op": "prepare", "case": cases[1], "label": label, "timer": first["timer"],
+                           "input_sets": first.get("input_sets")}, [a])
     return first, second
 
 

@@ -12,6 +12,7 @@ from ..core import flops
 from ..core.case import AttnCase
 from ..core.device import DeviceInfo
 from .stopping import StopRule, WarmupRule
+from .timers import GRAPH_THRESHOLD_S
 
 
 class CaseSkipped(Exception):
@@ -46,6 +47,8 @@ class RunSettings:
     clock_lock: str = "not locked"  # the achieved clock-lock state, recorded with every result
     cpu_gflops: dict[str, float] | None = None  # a CPU run: its matmul rate per dtype, to refuse cases it cannot finish
     cpu_call_limit_s: float = CPU_CALL_LIMIT_S
+    events_from_s: float = GRAPH_THRESHOLD_S  # ``auto`` times calls this long or longer with events
+    min_input_sets: int = 1  # graph timers rotate at least this many input sets
 
 
 def required_bytes(case: AttnCase, backend: Backend, device: DeviceInfo) -> int:

@@ -238,16 +238,18 @@ KERNEL_SUM_MIN_CALLS = 8
 TIMER_KINDS: tuple[str, ...] = ("auto", "cuda-event", "cuda-graph", "kernel-sum", "cpu")
 
 
-def choose_timer(requested: str, on_cuda: bool, call_estimate_s: float) -> str:
-    """The timer for a case: the user's choice, else kernel-sum over graph replays for short CUDA
-    calls and events for long ones (where host overhead is under ~1 %)."""
+def choose_timer(requested: str, on_cuda: bool, call_estimate_s: float,
+                 events_from_s: float = GRAPH_THRESHOLD_S) -> str:
+    """The timer for a case: the user's choice, else kernel-sum over graph replays for CUDA calls shorter
+    than ``events_from_s`` and events for longer ones (A/B arms take kernel-sum further:
+    :data:`pytest_attn.engine.arm.EVENTS_FROM_S`)."""
     if requested not in TIMER_KINDS:
         raise ValueError(f"timer={requested!r} is not one of {', '.join(TIMER_KINDS)}")
     if not on_cuda:
         return "cpu"
     if requested != "auto":
         return requested
-    return "kernel-sum" if call_estimate_s < GRAPH_THRESHOLD_S else "cuda-event"
+    return "kernel-sum" if call_estimate_s < events_from_s else "cuda-event"
 
 
 def graph_calls_per_replay(call_estimate_s: float, sets: int = 1, *, kernel_sum: bool = False) -> int:
@@ -256,10 +258,11 @@ def graph_calls_per_replay(call_estimate_s: float, sets: int = 1, *, kernel_sum:
     ``kernel_sum``: the figure is the kernels' own time, which a short replay does not distort, so
     the count is fixed (at least KERNEL_SUM_MIN_CALLS): it does not follow the warm-up's noisy
     estimate, and runs compare like with like (seen on an H200: 23 vs 92 calls per replay moved a
-    16 us decode step by 2 %). Otherwise a replay lasts about GRAPH_TARGET_REPLAY_S, so the replay's
-    own launch is amortised."""
+    16 us decode step by 2 %); a call of :data:`GRAPH_THRESHOLD_S` or more, timed so only where asked
+    (``--attn-timer`` or an A/B arm), takes one pass over the input sets. Otherwise a replay lasts about
+    GRAPH_TARGET_REPLAY_S, so the replay's own launch is amortised."""
     if kernel_sum:
-        calls = KERNEL_SUM_MIN_CALLS
+        calls = KERNEL_SUM_MIN_CALLS if call_estimate_s < GRAPH_THRESHOLD_S else 1
     elif call_estimate_s <= 0:
         calls = GRAPH_MAX_CALLS
     else:
@@ -267,12 +270,13 @@ def graph_calls_per_replay(call_estimate_s: float, sets: int = 1, *, kernel_sum:
     return sets * math.ceil(calls / sets)
 
 
-def input_sets(input_bytes: int, l2_bytes: int | None, max_sets: int = 32) -> int:
+def input_sets(input_bytes: int, l2_bytes: int | None, max_sets: int = 32, min_sets: int = 1) -> int:
     """How many copies of the inputs to rotate through so that consecutive calls do not find their
-    data in L2: enough that the copies together exceed 3x the L2 size."""
+    data in L2: enough that the copies together exceed 3x the L2 size; at least ``min_sets`` (an A/B
+    arm's calls then sit at several places in memory, :data:`pytest_attn.engine.arm.MIN_INPUT_SETS`)."""
     if not l2_bytes or input_bytes <= 0 or input_bytes >= 3 * l2_bytes:
-        return 1
-    return max(1, min(max_sets, math.ceil(3 * l2_bytes / input_bytes)))
+        return max(1, min_sets)
+    return max(1, min_sets, min(max_sets, math.ceil(3 * l2_bytes / input_bytes)))
 
 
 # ---- the factory -----------------------------------------------------------------------------
