@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from pytest_attn.engine import timers
@@ -16,11 +18,11 @@ def test_timer_choice():
     assert choose_timer("cuda-event", on_cuda=False, call_estimate_s=0.2) == "cpu"
     with pytest.raises(ValueError, match="timer='wall'"):
         choose_timer("wall", True, 1.0)
-    # an A/B arm takes kernel-sum up to 0.1 s: a 6.4 ms fwd+bwd step is its kernels' time, not the host's
+    # an A/B arm takes kernel-sum throughout: a 6.4 ms fwd+bwd step is its kernels' time, not the host's
     assert choose_timer("auto", True, 6.4e-3) == "cuda-event"
-    assert choose_timer("auto", True, 6.4e-3, events_from_s=0.1) == "kernel-sum"
+    assert choose_timer("auto", True, 6.4e-3, events_from_s=math.inf) == "kernel-sum"
     assert choose_timer("auto", True, 0.27, events_from_s=0.1) == "cuda-event"
-    assert choose_timer("cuda-event", True, 6.4e-3, events_from_s=0.1) == "cuda-event"  # asked for: as asked
+    assert choose_timer("cuda-event", True, 6.4e-3, events_from_s=math.inf) == "cuda-event"  # asked for: as asked
 
 
 def test_graph_calls_and_input_sets():
@@ -35,9 +37,6 @@ def test_graph_calls_and_input_sets():
     assert graph_calls_per_replay(90e-6, sets=23, kernel_sum=True) == 23
     assert graph_calls_per_replay(3e-3, sets=2, kernel_sum=True) == 8
     assert graph_calls_per_replay(5e-6, sets=1, kernel_sum=True) == 8
-    # a call of 5 ms or more (kernel-sum only where asked, or in an A/B arm): one pass over the sets
-    assert graph_calls_per_replay(6.4e-3, sets=4, kernel_sum=True) == 4
-    assert graph_calls_per_replay(6.4e-3, sets=1, kernel_sum=True) == 1
     l2 = 60 << 20
     assert input_sets(8 << 20, l2) == 23  # 3 x 60 MiB / 8 MiB
     assert input_sets(64 << 20, l2) == 3
@@ -81,6 +80,35 @@ def test_kernel_sum_excludes_the_flush_and_divides_by_calls(monkeypatch):
     assert timer.sample() == pytest.approx(12e-6)  # (10 + 2) us per call, flush left out
     assert timer.replay_s == [30e-6]  # the plain replay, kept for the launch-gap figure
     assert inner.n == 2  # one plain sample, one traced
+
+
+def test_a_long_call_s_kernels_are_read_over_events_once_a_sample(monkeypatch):
+    """kernel-sum for a call of 5 ms or more (an A/B arm's, or asked for): no graph of repeated long calls,
+    one traced event sample per sample and no untraced one; its cache condition is the events' (cold L2)."""
+    class Events:
+        kind = "cuda-event"
+        calls_per_sample = 1
+
+        def __init__(self, steps, flush):
+            self.steps, self.n = steps, 0
+
+        def sample(self):
+            self.n += 1
+            return 0.25
+
+    def no_graph(*args):
+        raise AssertionError("a long call is not captured")
+
+    activities = iter([[("FillFunctor<signed char>", 20e-6)],
+                       [("FillFunctor<signed char>", 20e-6), ("flash_fwd_kernel", 0.2321)]])
+    monkeypatch.setattr(timers, "device_activity", lambda run: (run(), next(activities))[1])
+    monkeypatch.setattr(timers, "CudaEventTimer", Events)
+    monkeypatch.setattr(timers, "CudaGraphTimer", no_graph)
+    built = timers.build_timer("kernel-sum", [lambda: None], 0.232, lambda: None,
+                               lambda have: pytest.fail("no extra input sets for events"))
+    assert (built.kind, built.input_sets, built.cache_kind) == ("kernel-sum", 1, "cuda-event")
+    assert built.timer.sample() == pytest.approx(0.2321)
+    assert built.timer.inner.n == 1 and built.timer.replay_s == []
 
 
 def test_rotation_wraps_over_every_input_set():

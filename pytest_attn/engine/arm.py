@@ -25,6 +25,7 @@ import dataclasses
 import gc
 import importlib.metadata
 import json
+import math
 import os
 import signal
 import sys
@@ -49,12 +50,13 @@ from .slowed import SlowedBackend
 from .stopping import WarmupRule
 
 PROTOCOL = 1
-#: An arm times calls up to this long by their kernels' time (kernel-sum), not up to 5 ms as a plain run does.
-#: On an H200 (2026-11-24) events read a 6.4 ms FA2 fwd+bwd step 2.6-3 % longer than its kernels (the host's
-#: Python between launches), with 4x the noise of kernel-sum; a host share can differ between two processes,
-#: which pairing cannot see: an A/A gave the varlen step +1.07 % (SLOWER), four fresh pairs of processes -0.08
-#: to +0.46 %.
-EVENTS_FROM_S = 0.1
+#: An arm times every CUDA call by its kernels' time (kernel-sum; a plain run does so under 5 ms): the host's
+#: share of a call is each process's own, which pairing cannot see. On an H200 (2026-11-24) events read a 6.4 ms
+#: FA2 fwd+bwd step 2.6-3 % longer than its kernels (the host's Python between launches), with 4x the noise; an
+#: A/A gave that varlen step +1.07 % (SLOWER), four fresh pairs of processes -0.08 to +0.46 %. With events, FA4's
+#: HunyuanVideo fwd came out -1.77 % and its varlen twin +1.85 % in an A/A, every pair the same sign, where one
+#: process at a time read both within 0.03 % of the other.
+EVENTS_FROM_S = math.inf
 #: A graph-timed arm rotates at least this many input sets, so its calls sit at several places in memory. On
 #: an H200, six placements of one FA2 serving batch in one process (blocks taken in turn) differed by up to
 #: 1.9 % (SD 0.39-0.64 % in three processes, where the blocks' own noise explains 0.37-0.50 %); with one

@@ -211,7 +211,7 @@ def record_of(p: Prepared, sampling: Sampling, diagnose: bool = True) -> Record:
                       p.warmup.settled, prepare_s=p.prepare_s, elapsed_s=time.perf_counter() - p.started,
                       setup_s=p.setup_s, graph_replay_s=median(replay) if replay else None,
                       drift=relative_drift(samples), capture=built.capture,
-                      l2=l2_condition(built.kind, built.input_sets, flops.min_bytes(case), device.l2_bytes)),
+                      l2=l2_condition(built.cache_kind, built.input_sets, flops.min_bytes(case), device.l2_bytes)),
         work=work,
         figures=figures(work, median(samples), device.peak(case.dtype, settings.peak_tflops),
                         clocks_seen.sm_clock_mhz),

@@ -13,7 +13,8 @@ Timers (all report seconds per call):
   of host overhead and of the ~1 us gaps between kernels inside a replay; short CUDA calls use it.
 * ``cpu``: ``time.perf_counter`` around one call, for the CPU profile.
 
-:func:`choose_timer` picks by call length (``auto``: kernel-sum under 5 ms, events above);
+:func:`choose_timer` picks by call length (``auto``: kernel-sum under 5 ms, events above; an A/B arm
+takes kernel-sum for every call, reading a long one over events);
 :func:`build_timer` builds the chosen one -- rotated input sets and the graph capture included -- and
 falls back, saying why, where a library cannot be captured or CUPTI cannot read kernel times.
 """
@@ -204,9 +205,9 @@ class KernelSumTimer:
     """Per-call time as the sum of the call's device activity (kernels, memsets, copies), read by
     CUPTI over the samples of an inner CUDA-graph or event timer. It is what the PyTorch profiler
     reports as the kernels' time: free of host launch overhead and of the ~1 us launch gaps between
-    kernels that a graph replay still contains (``replay_s`` keeps the inner timer's figures, so the
-    gap is reported too). Kernels running concurrently on several streams would be counted twice;
-    attention calls run on one stream."""
+    kernels that a graph replay still contains (over a graph, ``replay_s`` keeps an untraced replay
+    before each traced one, so the gap is reported too). Kernels running concurrently on several
+    streams would be counted twice; attention calls run on one stream."""
 
     kind = "kernel-sum"
 
@@ -217,9 +218,8 @@ class KernelSumTimer:
         self._flush_names = {name for name, _ in device_activity(flush)}
 
     def sample(self) -> float:
-        # one plain sample for the replay figure (CUPTI tracing slows replays a little), then one
-        # traced sample for the kernel time
-        self.replay_s.append(self.inner.sample())
+        if self.inner.kind == "cuda-graph":  # an untraced replay for the replay figure (tracing slows it a little)
+            self.replay_s.append(self.inner.sample())
         activity = device_activity(self.inner.sample)
         busy = sum(sec for name, sec in activity if name not in self._flush_names)
         return busy / self.calls_per_sample
@@ -258,11 +258,10 @@ def graph_calls_per_replay(call_estimate_s: float, sets: int = 1, *, kernel_sum:
     ``kernel_sum``: the figure is the kernels' own time, which a short replay does not distort, so
     the count is fixed (at least KERNEL_SUM_MIN_CALLS): it does not follow the warm-up's noisy
     estimate, and runs compare like with like (seen on an H200: 23 vs 92 calls per replay moved a
-    16 us decode step by 2 %); a call of :data:`GRAPH_THRESHOLD_S` or more, timed so only where asked
-    (``--attn-timer`` or an A/B arm), takes one pass over the input sets. Otherwise a replay lasts about
-    GRAPH_TARGET_REPLAY_S, so the replay's own launch is amortised."""
+    16 us decode step by 2 %). Otherwise a replay lasts about GRAPH_TARGET_REPLAY_S, so the replay's
+    own launch is amortised."""
     if kernel_sum:
-        calls = KERNEL_SUM_MIN_CALLS if call_estimate_s < GRAPH_THRESHOLD_S else 1
+        calls = KERNEL_SUM_MIN_CALLS
     elif call_estimate_s <= 0:
         calls = GRAPH_MAX_CALLS
     else:
@@ -289,6 +288,11 @@ class BuiltTimer:
     note: str
     input_sets: int
     capture: str = ""  # graph timers: what the eager-vs-replay check found
+
+    @property
+    def cache_kind(self) -> str:
+        """The timer whose cache condition the figures have: for kernel-sum, the graph or events it reads."""
+        return str(getattr(getattr(self.timer, "inner", None), "kind", self.kind))
 
 
 def l2_condition(kind: str, sets: int, set_bytes: int, l2_bytes: int | None) -> str:
@@ -317,13 +321,16 @@ def build_timer(
 ) -> BuiltTimer:
     """The timer of ``kind`` (from :func:`choose_timer`) over ``steps`` (one per input set; the first
     is the checked one). ``more_sets(n)`` makes up to ``n`` more rotated sets for graph timing (it may
-    make fewer: memory). Capture failures fall back to events, missing CUPTI to the inner timer; the
-    note says so."""
+    make fewer: memory). Kernel-sum reads a call of :data:`GRAPH_THRESHOLD_S` or more over events (a
+    graph would only repeat a long call). Capture failures fall back to events, missing CUPTI to the
+    inner timer; the note says so."""
     if kind == "cpu" or flush is None:  # a CPU run, whatever was asked
         return BuiltTimer(CpuTimer(steps), "cpu", "", 1)
     if kind == "cuda-event":
         note = "short call timed with events: includes host launch overhead" if call_estimate_s < 1e-3 else ""
         return BuiltTimer(CudaEventTimer(steps, flush), kind, note, 1)
+    if kind == "kernel-sum" and call_estimate_s >= GRAPH_THRESHOLD_S:
+        return _kernel_sum(CudaEventTimer(steps[:1], flush), flush, "", 1, "")
     steps = steps + more_sets(len(steps))
     calls = graph_calls_per_replay(call_estimate_s, len(steps), kernel_sum=kind == "kernel-sum")
     inner: CudaGraphTimer | CudaEventTimer
@@ -347,8 +354,13 @@ def build_timer(
             return BuiltTimer(inner, "cuda-event", note + "; timed with events", 1)
     if kind == "cuda-graph":
         return BuiltTimer(inner, kind, note, len(steps), capture)
+    return _kernel_sum(inner, flush, note, len(steps), capture)
+
+
+def _kernel_sum(inner: CudaGraphTimer | CudaEventTimer, flush: Callable[[], None], note: str, sets: int,
+                capture: str) -> BuiltTimer:
     try:
-        return BuiltTimer(KernelSumTimer(inner, flush), kind, note, len(steps), capture)
+        return BuiltTimer(KernelSumTimer(inner, flush), "kernel-sum", note, sets, capture)
     except Exception as exc:  # no CUPTI (profiler unavailable): the graph or event figure stands
         why = f"the profiler could not read kernel times ({type(exc).__name__}: {exc})"
-        return BuiltTimer(inner, inner.kind, "; ".join(filter(None, [note, why])), len(steps), capture)
+        return BuiltTimer(inner, inner.kind, "; ".join(filter(None, [note, why])), sets, capture)
