@@ -53,14 +53,14 @@ PROTOCOL = 1
 #: An arm times every CUDA call by its kernels' time (kernel-sum; a plain run does so under 5 ms): the host's
 #: share of a call is each process's own, which pairing cannot see. On an H200 (2026-11-24) events read a 6.4 ms
 #: FA2 fwd+bwd step 2.6-3 % longer than its kernels (the host's Python between launches), with 4x the noise; an
-#: A/A gave that varlen step +1.07 % (SLOWER), four fresh pairs of processes -0.08 to +0.46 %. With events, FA4's
-#: HunyuanVideo fwd came out -1.77 % and its varlen twin +1.85 % in an A/A, every pair the same sign, where one
-#: process at a time read both within 0.03 % of the other.
+#: A/A gave that varlen step +1.07 % (SLOWER), four fresh pairs of processes -0.08 to +0.46 %; timed so, the
+#: committed selection's A/A had none SLOWER or FASTER. FA4's power-capped HunyuanVideo fwd (232 ms) came out
+#: -1.77 % and +1.85 % (varlen) with events, -1.15 % and +0.93 % with kernel-sum: smaller, not gone.
 EVENTS_FROM_S = math.inf
 #: A graph-timed arm rotates at least this many input sets, so its calls sit at several places in memory. On
 #: an H200, six placements of one FA2 serving batch in one process (blocks taken in turn) differed by up to
-#: 1.9 % (SD 0.39-0.64 % in three processes, where the blocks' own noise explains 0.37-0.50 %); with one
-#: placement per arm, pairs cannot see that difference (an A/A gave that case +2.44 %, SLOWER).
+#: 1.9 % in one of three processes (SD 0.64 %, where the blocks' own noise explains 0.37 %); with one placement
+#: per arm, pairs cannot see that difference (an A/A gave that case +2.44 %, SLOWER).
 MIN_INPUT_SETS = 4
 LIBRARIES = ("torch", "flash_attn", "flash_attn_4", "flashinfer_python", "triton")
 #: After a case this large the arm collects its garbage, so the other arm's process can have the memory.
