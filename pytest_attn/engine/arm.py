@@ -51,11 +51,12 @@ from .stopping import WarmupRule
 
 PROTOCOL = 1
 #: An arm times every CUDA call by its kernels' time (kernel-sum; a plain run does so under 5 ms): the host's
-#: share of a call is each process's own, which pairing cannot see. On an H200 (2026-11-24) events read a 6.4 ms
-#: FA2 fwd+bwd step 2.6-3 % longer than its kernels (the host's Python between launches), with 4x the noise; an
-#: A/A gave that varlen step +1.07 % (SLOWER), four fresh pairs of processes -0.08 to +0.46 %; timed so, the
-#: committed selection's A/A had none SLOWER or FASTER. FA4's power-capped HunyuanVideo fwd (232 ms) came out
-#: -1.77 % and +1.85 % (varlen) with events, -1.15 % and +0.93 % with kernel-sum: smaller, not gone.
+#: share of a call can differ between two processes, which pairing cannot see. On an H200 (2026-11-24) events
+#: read a 6.4 ms FA2 fwd+bwd step 2.6-3 % longer than its kernels (the host's Python between launches), with 4x
+#: the noise; an A/A gave that varlen step +1.07 % (SLOWER), four fresh pairs of processes -0.08 to +0.46 %;
+#: timed so, the committed selection's A/A had none SLOWER or FASTER. FA4's power-capped HunyuanVideo fwd
+#: (232 ms) came out -1.77 % and +1.85 % (varlen) with events, -1.15 % and +0.93 % with kernel-sum: smaller,
+#: not gone.
 EVENTS_FROM_S = math.inf
 #: A graph-timed arm rotates at least this many input sets, so its calls sit at several places in memory. On
 #: an H200, six placements of one FA2 serving batch in one process (blocks taken in turn) differed by up to
