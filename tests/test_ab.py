@@ -39,6 +39,7 @@ class FakeArm:
 
     def __init__(self, label, factor, clock, log, prepare=None):
         self.label, self.factor, self.clock, self.log = label, factor, clock, log
+        self.requests = []
         self.prepare_answer = prepare or {"ok": True, "timer": "kernel-sum", "calls_per_sample": 20,
                                           "estimate_s": 1e-4, "plan": ""}
 
@@ -47,6 +48,7 @@ class FakeArm:
 
     def ask(self, request):
         self.log.append((self.label, request["op"], request.get("timer")))
+        self.requests.append(request)
         if request["op"] == "prepare":
             return self.prepare_answer
         if request["op"] == "block":
@@ -90,14 +92,12 @@ def test_abba_pairs_see_through_a_drifting_clock():
 
 def test_b_times_with_a_s_timer_and_input_sets():
     """Both arms' calls alike: B is told the timer and the number of rotated input sets A built."""
-    clock, log, asked = [0.0], [], []
+    clock, log = [0.0], []
     a = FakeArm("A", 1.0, clock, log, prepare={"ok": True, "timer": "kernel-sum", "input_sets": 4,
                                                "calls_per_sample": 4, "estimate_s": 6.4e-3, "plan": ""})
     b = FakeArm("B", 1.0, clock, log)
-    answer_b = b.ask
-    b.ask = lambda request: (asked.append(request), answer_b(request))[1]
     run_pair(({}, {}), "t", a, b, PairRule(max_time_s=1))
-    prepare = next(r for r in asked if r["op"] == "prepare")
+    prepare = next(r for r in b.requests if r["op"] == "prepare")
     assert (prepare["timer"], prepare["input_sets"]) == ("kernel-sum", 4)
 
 
