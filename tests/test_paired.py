@@ -81,3 +81,35 @@ def test_pairs_are_checked():
     with pytest.raises(ValueError, match="finite and positive"):
         paired("x", [1.0, 0.0], [1.0, 1.0])
     assert paired("x", [1.0], [1.1]).verdict == "AMBIGUOUS"  # one pair: its noise is unknown
+
+
+def power_capped(b_cycles: float, seed: int) -> list[tuple[list[float], list[float], list[float], list[float]]]:
+    """Per case, 16 pairs on a power-capped GPU: each block's clock jitters +-2 % around the cap's, and arm B's
+    data sit where they draw more or less power, so B's clock sits up to 3 % off A's all along (an H200 A/A
+    of one process: 1.7-3.1 %). A block's time is its cycles (x ``b_cycles`` in B, 0.3 % noise) over its
+    clock; the blocks' mean clocks are measured."""
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(CASES):
+        offset = rng.uniform(-0.03, 0.03)
+        a_s, b_s, a_mhz, b_mhz = [], [], [], []
+        for _ in range(16):
+            for times, clocks, cycles, shift in ((a_s, a_mhz, 1.0, 0.0), (b_s, b_mhz, b_cycles, offset)):
+                mhz = 1750 * (1 + shift) * (1 + rng.gauss(0, 0.02))
+                clocks.append(mhz)
+                times.append(1e-3 * cycles * (1 + rng.gauss(0, 0.003)) * 1750 / mhz)
+        cases.append((a_s, b_s, a_mhz, b_mhz))
+    return cases
+
+
+def test_at_a_power_cap_measured_cycles_decide_where_time_cannot():
+    """A 2 % difference in cycles is SLOWER in every case and an A/A never SLOWER or FASTER, judged in cycles
+    from the blocks' measured clocks; judged in time, the A/A's clock offsets are called and 2 % is missed."""
+    slower = [paired("x", a, b, AB_THRESHOLD, fa, fb, measured=True) for a, b, fa, fb in power_capped(1.02, 2)]
+    assert [r.verdict for r in slower] == ["SLOWER"] * CASES and {r.basis for r in slower} == {"cycles"}
+    assert all(0.015 < r.change < 0.025 for r in slower)
+    same = [paired("x", a, b, AB_THRESHOLD, fa, fb, measured=True).verdict for a, b, fa, fb in power_capped(1.0, 3)]
+    assert "SLOWER" not in same and "FASTER" not in same
+    in_time = [paired("x", a, b).verdict for a, b, _, _ in power_capped(1.0, 3)]
+    assert in_time.count("SLOWER") + in_time.count("FASTER") > CASES // 10
+    assert sum(paired("x", a, b).verdict != "SLOWER" for a, b, _, _ in power_capped(1.02, 2)) > CASES // 10

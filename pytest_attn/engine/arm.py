@@ -10,7 +10,8 @@ with one line:
   against the reference, warm-up, the timer (the kind and the input sets the controller names, so both
   arms time alike); answers ``ok`` with the timer, or ``skip``/``fail`` with the reason;
 * ``block``: one sample thrown away (the first after the other arm ran; unless ``warm`` is false), then N
-  samples with the SM clock and throttle reasons of each;
+  samples with the SM clock and throttle reasons of each, and the block's mean SM clock read on the GPU
+  (:mod:`.clockprobe`; null where the probe cannot run);
 * ``finish``: the arm's result record from all its blocks' samples, and the case's memory released;
 * ``release``: the case dropped unmeasured.
 
@@ -40,6 +41,7 @@ from ..backends.base import Registry, Unsupported
 from ..backends.registration import register_entry_points, register_from_file
 from ..core.codec import case_from_dict
 from ..core.device import DeviceInfo
+from .clockprobe import SmClockProbe, open_probe
 from .measure import Prepared, prepare, record_of
 from .nvml import Nvml
 from .probe import probe_device
@@ -95,8 +97,11 @@ def versions() -> dict[str, str]:
 class Arm:
     """The requests of one arm (see the module); the I/O is :func:`serve`'s."""
 
-    def __init__(self, probe: Callable[[], tuple[DeviceInfo, Nvml]]) -> None:
+    def __init__(self, probe: Callable[[], tuple[DeviceInfo, Nvml]],
+                 clock_probe: Callable[[int], tuple[SmClockProbe | None, str]] = open_probe) -> None:
         self._probe = probe
+        self._open_clock = clock_probe
+        self.clock: SmClockProbe | None = None
         self.registry: Registry | None = None
         self.settings = RunSettings()
         self.device: DeviceInfo | None = None
@@ -114,7 +119,9 @@ class Arm:
         self.settings = dataclasses.replace(settings_from_json(request.get("settings", {})),
                                             events_from_s=EVENTS_FROM_S, min_input_sets=MIN_INPUT_SETS)
         self.device, self.nvml = self._probe()
-        return {"protocol": PROTOCOL, "python": sys.executable, "pytest_attn": os.path.dirname(pytest_attn.__file__),
+        self.clock, clock = self._open_clock(self.device.sm_count or 0) if self.device.is_cuda else (None, "no GPU")
+        return {"protocol": PROTOCOL, "clock": clock, "python": sys.executable,
+                "pytest_attn": os.path.dirname(pytest_attn.__file__),
                 "versions": versions(), "device": self.device.describe(), "uuid": self.device.uuid,
                 "pid": os.getpid()}
 
@@ -152,12 +159,15 @@ class Arm:
         timer, nvml, kept = self.ready.built.timer, self.nvml, self.sampling
         if request.get("warm", True):
             timer.sample()  # the first sample after the other arm ran: caches and clocks are the other's
+        start = self.clock.mark() if self.clock is not None else None
         first, t0 = len(kept.samples_s), time.perf_counter()
         for _ in range(int(request["samples"])):
             take_sample(timer, kept, nvml.sm_clock_mhz, nvml.clocks_event_reasons)
         wall = time.perf_counter() - t0
         kept.elapsed_s += wall
-        return {"times": kept.samples_s[first:], "clocks": kept.sample_clocks[first:], "wall_s": wall}
+        mean = self.clock.mean_mhz(start, self.clock.mark()) if self.clock is not None else None
+        return {"times": kept.samples_s[first:], "clocks": kept.sample_clocks[first:], "wall_s": wall,
+                "mean_mhz": mean}
 
     def finish(self, request: dict[str, Any]) -> dict[str, Any]:
         assert self.ready is not None, "prepare first"

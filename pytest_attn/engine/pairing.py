@@ -6,7 +6,9 @@ Pair ``i`` is the ``i``-th block of each arm; the two ran back to back, within a
 the clock and power state they saw is the same and their ratio keeps only the arms' difference. The
 alternating order (ABBA) cancels what runs first in a pair gaining or losing from it, and a clock drifting
 steadily within a pair. A block of short samples starts with one thrown away (the arm's first after the
-other's). The block statistic is the median of its samples.
+other's). The block statistic is the median of its samples. Where every block of both arms has its mean SM
+clock read on the GPU (:mod:`.clockprobe`), the pairs are judged in cycles (block time x that clock), the
+stopping rule included: at a power cap the clock moves block by block and with where an arm's data sit.
 
 Arms are anything with ``ask(request) -> answer`` (:class:`~pytest_attn.engine.arms.ArmProcess`; tests
 use fakes on a fake clock).
@@ -86,12 +88,15 @@ class PairRule:
 
 @dataclass
 class PairRun:
-    """What the pairs of one case measured: block medians (seconds per call) and block SM clocks (MHz)."""
+    """What the pairs of one case measured: block medians (seconds per call), block SM clocks (MHz) as NVML
+    read them (the median of the samples' readings) and as the GPU's counters read them (the block's mean)."""
 
     a_s: list[float] = field(default_factory=list)
     b_s: list[float] = field(default_factory=list)
     a_mhz: list[float | None] = field(default_factory=list)
     b_mhz: list[float | None] = field(default_factory=list)
+    a_mean_mhz: list[float | None] = field(default_factory=list)
+    b_mean_mhz: list[float | None] = field(default_factory=list)
     block_samples: list[int] = field(default_factory=list)
     stop: str = ""
     elapsed_s: float = 0.0
@@ -102,6 +107,23 @@ class PairRun:
     def timer(self) -> str:
         """The timer both arms used (A's choice)."""
         return str(self.prepared[0].get("timer", ""))
+
+    @property
+    def clocks_measured(self) -> bool:
+        """Every block of both arms has its mean SM clock from the GPU's counters."""
+        return bool(self.a_s) and all(m for m in (*self.a_mean_mhz, *self.b_mean_mhz)) \
+            and len(self.a_mean_mhz) == len(self.b_mean_mhz) == len(self.a_s)
+
+    def clocks(self) -> tuple[list[float | None], list[float | None]]:
+        """The block clocks the verdict uses: the measured means where every block has one, else NVML's."""
+        return (self.a_mean_mhz, self.b_mean_mhz) if self.clocks_measured else (self.a_mhz, self.b_mhz)
+
+    def judged(self) -> tuple[list[float], list[float]]:
+        """What the pairs are judged on: cycles (time x mean clock) where the clocks were measured, else time."""
+        if not self.clocks_measured:
+            return self.a_s, self.b_s
+        return ([t * float(m or 0) for t, m in zip(self.a_s, self.a_mean_mhz, strict=True)],
+                [t * float(m or 0) for t, m in zip(self.b_s, self.b_mean_mhz, strict=True)])
 
 
 def prepare_both(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Asks,
@@ -135,13 +157,15 @@ def run_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Asks, 
         order = (a, b) if len(run.a_s) % 2 == 0 else (b, a)
         warm = per_sample < rule.warm_below_s
         blocks = {arm.label: arm.ask({"op": "block", "samples": samples, "warm": warm}) for arm in order}
-        for arm, times, mhz in ((a, run.a_s, run.a_mhz), (b, run.b_s, run.b_mhz)):
+        for arm, times, mhz, mean in ((a, run.a_s, run.a_mhz, run.a_mean_mhz),
+                                      (b, run.b_s, run.b_mhz, run.b_mean_mhz)):
             times.append(median(blocks[arm.label]["times"]))
             clocks = [c for c in blocks[arm.label]["clocks"] if c]
             mhz.append(median(clocks) if clocks else None)
+            mean.append(blocks[arm.label].get("mean_mhz"))
         run.block_samples.append(samples)
         run.elapsed_s = clock() - t0
-        stop = rule.stop(run.a_s, run.b_s, run.elapsed_s)
+        stop = rule.stop(*run.judged(), run.elapsed_s)
         if stop:
             run.stop = stop
             break

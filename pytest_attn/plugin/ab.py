@@ -107,7 +107,8 @@ class AbRun:
         for label, spec, arm in zip("AB", self.specs, self._arms or (None, None), strict=True):
             about = arm.about if arm is not None else {}
             seen = (f" -- {about.get('python')}, pytest-attn from {about.get('pytest_attn')}, "
-                    + ", ".join(f"{k} {v}" for k, v in about.get("versions", {}).items()) if about else "")
+                    + ", ".join(f"{k} {v}" for k, v in about.get("versions", {}).items())
+                    + (f"; SM clock: {about['clock']}" if about.get("clock") else "") if about else "")
             out.append(f"{label}: {spec.text}: {spec.describe()}{seen}")
         return out
 
@@ -125,12 +126,13 @@ def result_of(name: str, case: AttnCase, run: PairRun, a: Record, b: Record, thr
     """One case's outcome from its pairs and the arms' records. Pure."""
     throttle = tuple(r.clocks.throttle.describe() if r.clocks.throttle is not None and r.clocks.throttle.throttled
                      else "" for r in (a, b))
-    verdict = paired(name, run.a_s, run.b_s, threshold, run.a_mhz, run.b_mhz)
+    a_mhz, b_mhz = run.clocks()
+    verdict = paired(name, run.a_s, run.b_s, threshold, a_mhz, b_mhz, measured=run.clocks_measured)
     return AbResult(name, case.id, case.group, case.backend, verdict,
                     a.median_s, b.median_s, run.stop, run.timer,
                     run.block_samples[-1] if run.block_samples else 0, run.elapsed_s,
                     (throttle[0], throttle[1]), (run.prepared[0].get("plan", ""), run.prepared[1].get("plan", "")),
-                    (tuple(run.a_s), tuple(run.b_s)), (tuple(run.a_mhz), tuple(run.b_mhz)))
+                    (tuple(run.a_s), tuple(run.b_s)), (tuple(a_mhz), tuple(b_mhz)), run.clocks_measured)
 
 
 def ab_run(config: pytest.Config) -> AbRun | None:

@@ -13,8 +13,12 @@ from ..core.files import write_atomic
 from .paired import AbResult
 from .table import fmt_time
 
-HEADER = ("benchmark", "A", "B", "B/A", "95% CI", "verdict", "clock A", "clock B", "pairs")
+HEADER = ("benchmark", "A", "B", "B/A time", "B/A cycles", "95% CI", "verdict", "clock A", "clock B", "pairs")
+#: The verdict's column, for the Markdown's bold.
+VERDICT_COLUMN = HEADER.index("verdict")
 EXPLAINED = ("SLOWER", "FASTER", "AMBIGUOUS")
+LEGEND = ("* what the verdict and the CI are of: cycles (time x each block's mean SM clock, read on the GPU) where"
+          " every block's clock was read, else time")
 
 
 def _pct(x: float) -> str:
@@ -26,8 +30,15 @@ def _mhz(x: float | None) -> str:
 
 
 def _row(r: AbResult) -> tuple[str, ...]:
+    """The CI is of what the verdict judged (cycles where the clocks were measured, else time): starred."""
     lo, hi = r.paired.interval()
-    return (r.name.split("::")[-1], fmt_time(r.a_median_s), fmt_time(r.b_median_s), _pct(r.paired.change),
+    cycles = r.cycles_change
+    time_cell, cycles_cell = _pct(r.paired.in_time_change), _pct(cycles) if cycles is not None else "-"
+    if r.paired.basis == "cycles":
+        cycles_cell += "*"
+    else:
+        time_cell += "*"
+    return (r.name.split("::")[-1], fmt_time(r.a_median_s), fmt_time(r.b_median_s), time_cell, cycles_cell,
             f"[{_pct(lo)}, {_pct(hi)}]", r.paired.verdict, _mhz(r.a_mhz), _mhz(r.b_mhz), str(r.paired.pairs))
 
 
@@ -40,8 +51,8 @@ def counts(results: Sequence[AbResult]) -> str:
 
 def explain(r: AbResult, threshold: float) -> str:
     lo, hi = r.paired.interval()
-    text = (f"B/A {_pct(r.paired.change)} (95% CI {_pct(lo)} to {_pct(hi)}, {r.paired.pairs} pairs) against a"
-            f" threshold of {threshold:.1%}")
+    text = (f"B/A {_pct(r.paired.change)} in {r.paired.basis} (95% CI {_pct(lo)} to {_pct(hi)}, {r.paired.pairs}"
+            f" pairs) against a threshold of {threshold:.1%}")
     return "; ".join([text, *r.notes()])
 
 
@@ -49,7 +60,8 @@ def terminal_lines(results: Sequence[AbResult], arms: Sequence[str], threshold: 
                    notes: Sequence[str] = ()) -> list[str]:
     rows = [HEADER, *(_row(r) for r in results)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
-    lines = [f"paired A/B at a {threshold:.1%} threshold: {counts(results)}", *(f"  {a}" for a in arms)]
+    lines = [f"paired A/B at a {threshold:.1%} threshold: {counts(results)}", *(f"  {a}" for a in arms),
+             f"  {LEGEND}"]
     lines += ["  " + "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in
                                 enumerate(zip(row, widths, strict=True))) for row in rows]
     lines += [f"  {r.paired.verdict}: {r.name.split('::')[-1]}: {explain(r, threshold)}" for r in results
@@ -62,13 +74,14 @@ def markdown(results: Sequence[AbResult], arms: Sequence[str], threshold: float,
     out = io.StringIO()
     failing = sum(r.paired.verdict in fail_on for r in results)
     out.write(f"### pytest-attn A/B: {'B is slower' if failing else 'no regression'} ({counts(results)})\n\n")
-    out.write("".join(f"- {a}\n" for a in arms) + f"- threshold {threshold:.1%}; verdicts from paired blocks\n\n")
+    out.write("".join(f"- {a}\n" for a in arms) + f"- threshold {threshold:.1%}; verdicts from paired blocks\n"
+              f"- {LEGEND}\n\n")
     out.write("| " + " | ".join(HEADER) + " |\n|" + "---|" * len(HEADER) + "\n")
     for r in results:
         cells = list(_row(r))
         cells[0] = f"`{cells[0]}`"
         if r.paired.verdict in fail_on:
-            cells[5] = f"**{cells[5]}**"
+            cells[VERDICT_COLUMN] = f"**{cells[VERDICT_COLUMN]}**"
         out.write("| " + " | ".join(cells) + " |\n")
     explained = [r for r in results if r.paired.verdict in EXPLAINED or r.notes()]
     if explained:
@@ -81,12 +94,13 @@ def csv_text(results: Sequence[AbResult]) -> str:
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(["benchmark", "group", "backend", "a_s", "b_s", "change", "ci_low", "ci_high", "verdict", "pairs",
-                     "a_mhz", "b_mhz", "cycles_change", "stop", "timer", "notes"])
+                     "a_mhz", "b_mhz", "cycles_change", "basis", "time_change", "stop", "timer", "notes"])
     for r in results:
         lo, hi = r.paired.interval()
         writer.writerow([r.name, r.group, r.backend, r.a_median_s, r.b_median_s, f"{r.paired.change:.6f}",
                          f"{lo:.6f}", f"{hi:.6f}", r.paired.verdict, r.paired.pairs, r.a_mhz or "", r.b_mhz or "",
-                         "" if r.cycles_change is None else f"{r.cycles_change:.6f}", r.stop, r.timer,
+                         "" if r.cycles_change is None else f"{r.cycles_change:.6f}", r.paired.basis,
+                         f"{r.paired.in_time_change:.6f}", r.stop, r.timer,
                          "; ".join(r.notes())])
     return out.getvalue()
 

@@ -7,9 +7,16 @@ whatever the clock did to one it did to the other, and only the arms' difference
 Per case the verdict is the gate's rule (:func:`~pytest_attn.verdicts.gate.verdict`) applied to the
 geometric mean of the pairs' ratios B/A, with the standard error of the mean log ratio as the noise: at
 the A/B threshold (:data:`AB_THRESHOLD`, 2 %), SLOWER once the change is beyond both three standard errors
-and 1 %. ``tests/test_paired.py`` simulates a clock whose speed drifts +-5 % over a run: paired, a 2 %
-difference is SLOWER in 200 of 200 cases and an A/A never is; the same blocks compared run against run
-are not (drift lands in the difference).
+and 1 %. The ratios are of cycles (block time x the block's mean SM clock) where every block's clock was
+read on the GPU (:mod:`pytest_attn.engine.clockprobe`), else of time: at a power cap the clock is not
+shared by a pair -- it moves from block to block, and an arm whose data sit elsewhere in memory can draw
+more power and run at a lower clock all along (an H200 A/A of one process: 2.1-2.7 % in time, under 0.4 %
+in cycles). The time change is reported beside it.
+
+``tests/test_paired.py`` simulates a clock whose speed drifts +-5 % over a run: paired, a 2 % difference
+is SLOWER in 200 of 200 cases and an A/A never is; the same blocks compared run against run are not
+(drift lands in the difference). It also simulates a power-capped GPU whose clock jitters block by block
+and sits lower for one arm's placement: judged in time, an A/A is called; in measured cycles, never.
 
 The blocks come from ``--attn-ab`` (:mod:`pytest_attn.engine.pairing`); :class:`AbResult` is one case's
 outcome, as the summary, the reports (:mod:`.ab_reports`) and pytest-xdist's hand-over carry it.
@@ -42,19 +49,29 @@ class Paired:
     verdict: str
     dropped: int = 0  # pairs whose ratio was over twice or under half the median ratio (core.stats.without_outliers)
     in_time: str = ""  # the verdict of the time alone, where the clock cycles changed it (see :func:`paired`)
+    basis: str = "time"  # what change and sigma are of: "time", or "cycles" (time x each block's mean SM clock)
+    time_change: float | None = None  # B/A - 1 in time, where the basis is cycles
+
+    @property
+    def in_time_change(self) -> float:
+        """B/A - 1 in time, whatever the basis."""
+        return self.change if self.time_change is None else self.time_change
 
     def interval(self) -> tuple[float, float]:
-        """The change's 95 % confidence interval (Student's t on the mean log ratio)."""
+        """The change's 95 % confidence interval (Student's t on the mean log ratio), on its basis."""
         centre = math.log1p(self.change)
         half = t_quantile(0.975, self.pairs - 1) * self.sigma if self.pairs > 1 else math.inf
         return math.expm1(centre - half), math.expm1(centre + half)
 
 
 def paired(name: str, a_s: Sequence[float], b_s: Sequence[float], threshold: float = AB_THRESHOLD,
-           a_mhz: Sequence[float | None] = (), b_mhz: Sequence[float | None] = ()) -> Paired:
+           a_mhz: Sequence[float | None] = (), b_mhz: Sequence[float | None] = (), measured: bool = False) -> Paired:
     """The verdict on ``b_s`` against ``a_s``: block times (seconds) of arm A and arm B, pair by pair in
     the order they ran. Fewer than two pairs cannot say how noisy the ratio is: AMBIGUOUS unless SAME is
     impossible to miss.
+
+    ``measured``: ``a_mhz`` and ``b_mhz`` are each block's mean SM clock, read on the GPU: the verdict is
+    on cycles, with the time's verdict in ``in_time`` and its change in ``time_change``.
 
     With every block's SM clock (``a_mhz``, ``b_mhz``), a SAME is AMBIGUOUS where B's clock was
     :data:`~.gate.CLOCK_STEP` or more above A's and B is slower and not SAME in cycles (block time x its
@@ -74,6 +91,11 @@ def paired(name: str, a_s: Sequence[float], b_s: Sequence[float], threshold: flo
     result = Paired(name, len(kept), change, sigma, in_time, dropped=len(a_s) - len(kept))
     ma = _clocks([a_mhz[i] for i in kept if i < len(a_mhz)], len(kept))  # the kept blocks' clocks, all or none
     mb = _clocks([b_mhz[i] for i in kept if i < len(b_mhz)], len(kept))
+    if ma and mb and measured:
+        mean_c, sigma_c = _paired_cycles(a_k, b_k, ma, mb)
+        cycles = math.expm1(mean_c)
+        return Paired(name, len(kept), cycles, sigma_c, verdict(cycles, sigma_c * widen, threshold), result.dropped,
+                      in_time=in_time, basis="cycles", time_change=change)
     if in_time != "SAME" or not ma or not mb:
         return result
     clock = median(mb) / median(ma) - 1
@@ -112,6 +134,7 @@ class AbResult:
     plans: tuple[str, str] = ("", "")  # a slowed arm: the work injected after each call
     blocks: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())  # each arm's block medians (s), pair by pair
     block_mhz: tuple[tuple[float | None, ...], tuple[float | None, ...]] = ((), ())  # their SM clocks
+    clocks_measured: bool = False  # block_mhz are each block's mean clock from the GPU's counters (else NVML's)
 
     @property
     def a_mhz(self) -> float | None:
@@ -136,9 +159,11 @@ class AbResult:
         clock = self.clock_change
         if clock is not None and abs(clock) >= CLOCK_NOTE and self.cycles_change is not None:
             out.append(f"B ran at a {abs(clock):.1%} {'lower' if clock < 0 else 'higher'} SM clock than A in the same"
-                       f" seconds -- its own power draw, as nothing else differed; in cycles B/A is"
-                       f" {self.cycles_change:+.1%}")
-        if self.paired.in_time == "SAME" and self.paired.verdict == "AMBIGUOUS":
+                       " seconds: its power draw (its code, or where its data sit in memory: an H200 A/A saw up to"
+                       f" 3 %); in cycles B/A is {self.cycles_change:+.1%}, in time {self.paired.in_time_change:+.1%}")
+        if self.paired.basis == "cycles" and self.paired.in_time != self.paired.verdict:
+            out.append(f"judged in cycles (time x each block's mean SM clock); in time alone {self.paired.in_time}")
+        if self.paired.basis == "time" and self.paired.in_time == "SAME" and self.paired.verdict == "AMBIGUOUS":
             out.append("SAME in time but slower in cycles, at a higher clock in B: a faster clock can hide a slower"
                        " kernel (B's extra work may draw less power, and a power cap then lets the clock up); lock"
                        " the clocks, or rerun")
