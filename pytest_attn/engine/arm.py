@@ -57,8 +57,9 @@ PROTOCOL = 1
 #: read a 6.4 ms FA2 fwd+bwd step 2.6-3 % longer than its kernels (the host's Python between launches), with 4x
 #: the noise; an A/A gave that varlen step +1.07 % (SLOWER), four fresh pairs of processes -0.08 to +0.46 %;
 #: timed so, the committed selection's A/A had none SLOWER or FASTER. FA4's power-capped HunyuanVideo fwd
-#: (232 ms) came out -1.77 % and +1.85 % (varlen) with events, -1.15 % and +0.93 % with kernel-sum: smaller,
-#: not gone.
+#: (232 ms) came out -1.77 % and +1.85 % (varlen) with events, -1.15 % and +0.93 % with kernel-sum: that
+#: was the arms' clocks, which the pairs are now judged past (:mod:`.clockprobe`): +2.64 % in time, +0.03 % in
+#: cycles.
 EVENTS_FROM_S = math.inf
 #: A graph-timed arm rotates at least this many input sets, so its calls sit at several places in memory. On
 #: an H200, six placements of one FA2 serving batch in one process (blocks taken in turn) differed by up to
