@@ -48,7 +48,7 @@ class Paired:
     sigma: float  # the standard error of the mean log ratio (relative)
     verdict: str
     dropped: int = 0  # pairs whose ratio was over twice or under half the median ratio (core.stats.without_outliers)
-    in_time: str = ""  # the verdict of the time alone, where the clock cycles changed it (see :func:`paired`)
+    in_time: str = ""  # the time's own verdict, where the basis is cycles or the clock rule changed it
     basis: str = "time"  # what change and sigma are of: "time", or "cycles" (time x each block's mean SM clock)
     time_change: float | None = None  # B/A - 1 in time, where the basis is cycles
 
