@@ -132,7 +132,7 @@ def result_of(name: str, case: AttnCase, run: PairRun, a: Record, b: Record, thr
                     a.median_s, b.median_s, run.stop, run.timer,
                     run.block_samples[-1] if run.block_samples else 0, run.elapsed_s,
                     (throttle[0], throttle[1]), (run.prepared[0].get("plan", ""), run.prepared[1].get("plan", "")),
-                    (tuple(run.a_s), tuple(run.b_s)), (tuple(a_mhz), tuple(b_mhz)), run.clocks_measured)
+                    (tuple(run.a_s), tuple(run.b_s)), (tuple(a_mhz), tuple(b_mhz)))
 
 
 def ab_run(config: pytest.Config) -> AbRun | None:

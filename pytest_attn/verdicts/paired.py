@@ -134,7 +134,11 @@ class AbResult:
     plans: tuple[str, str] = ("", "")  # a slowed arm: the work injected after each call
     blocks: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())  # each arm's block medians (s), pair by pair
     block_mhz: tuple[tuple[float | None, ...], tuple[float | None, ...]] = ((), ())  # their SM clocks
-    clocks_measured: bool = False  # block_mhz are each block's mean clock from the GPU's counters (else NVML's)
+
+    @property
+    def clocks_measured(self) -> bool:
+        """``block_mhz`` are each block's mean clock from the GPU's counters (judged in cycles), else NVML's."""
+        return self.paired.basis == "cycles"
 
     @property
     def a_mhz(self) -> float | None:
@@ -179,7 +183,8 @@ class AbResult:
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         lo, hi = self.paired.interval()
-        data.update(interval=[lo, hi], a_mhz=self.a_mhz, b_mhz=self.b_mhz, cycles_change=self.cycles_change)
+        data.update(interval=[lo, hi], a_mhz=self.a_mhz, b_mhz=self.b_mhz, cycles_change=self.cycles_change,
+                    clocks_measured=self.clocks_measured)
         return data
 
     @classmethod
@@ -194,7 +199,7 @@ class AbResult:
 
 
 #: What ab.json carries beside the fields, derived from them (for its readers; read back, it is derived again).
-DERIVED = ("interval", "a_mhz", "b_mhz", "cycles_change")
+DERIVED = ("interval", "a_mhz", "b_mhz", "cycles_change", "clocks_measured")
 
 
 def _median_clock(mhz: Sequence[float | None]) -> float | None:
