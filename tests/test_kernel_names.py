@@ -49,3 +49,7 @@ def test_a_replay_must_launch_the_eager_kernels_times_the_calls():
                        " flash::flash_fwd_splitkv_combine_kernel x1")
     assert "replayed no kernels" in launch_mismatch(eager, [], calls=8)
     assert "x7/8" in launch_mismatch(eager, [FA_SPLIT] * 7 + [FA_COMBINE] * 8, calls=8)
+    # a copy is a copy whether it ran on a copy engine (eager, on an H200) or as the driver's kernel (a replay)
+    copying = [FA_SPLIT, "Memcpy DtoD (Device -> Device)", FA_COMBINE]
+    assert launch_mismatch(copying, [FA_SPLIT, FA_COMBINE, "memcpy32_post"] * 8, calls=8) is None
+    assert launch_mismatch(copying, [FA_SPLIT, "memcpy128 kernel"] * 8, calls=8) is not None  # combine missing

@@ -65,9 +65,16 @@ def check_kernels(names: Sequence[str], must: Iterable[str] = (), must_not: Iter
     return "; ".join(problems) + f" (kernels that ran: {ran})"
 
 
+#: The driver's own copy kernels: a copy may run on the SMs as one of these rather than on a copy engine. On an
+#: H200 (2026-11-24), in one arm process of several, the CUDA graph of a FA2 decode call (flash_attn_with_kvcache,
+#: batch 1) replayed ``memcpy32_post`` beside the eager call's two kernels; other traces show ``memcpy128``.
+_DRIVER_COPY = re.compile(r"memcpy\d+(_\w+)?( kernel)?")
+
+
 def is_kernel(name: str) -> bool:
-    """Device activity that is a kernel launch, not a copy or memset."""
-    return not name.startswith(("Memcpy", "Memset", "cudaMemcpy", "cudaMemset", "[memory]"))
+    """Device activity that is a kernel launch, not a copy or memset (the driver's copy kernels are copies)."""
+    return not (name.startswith(("Memcpy", "Memset", "cudaMemcpy", "cudaMemset", "[memory]"))
+                or _DRIVER_COPY.fullmatch(name.strip()))
 
 
 def launch_mismatch(eager: Sequence[str], replay: Sequence[str], calls: int) -> str | None:
