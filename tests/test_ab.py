@@ -8,6 +8,7 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from factories import CPU, attention_suite, dense
@@ -18,6 +19,7 @@ from pytest_attn.engine.armspec import parse_ab
 from pytest_attn.engine.nvml import NoNvml
 from pytest_attn.engine.pairing import PairRule, run_pair
 from pytest_attn.engine.settings import CaseFailed, CaseSkipped
+from pytest_attn.plugin import ab as ab_plugin
 from pytest_attn.verdicts.paired import AbResult, few_pairs_factor, paired
 
 
@@ -200,20 +202,25 @@ def test_one_stalled_block_does_not_blind_the_verdict():
 def test_a_real_ab_run_of_two_worker_processes(tmp_path, xdist):
     """Two arm processes on this CPU, B slowed by 50 % on purpose: both cases are measured by both arms and
     judged, the exit status follows the verdicts, the reports hold each case, no stored baseline is read or
-    written; under pytest-xdist a worker runs the arms and the controller reports what they ran. (The verdicts'
+    written; under pytest-xdist a worker runs the arms and the controller reports what they ran; A's folder holds
+    no build, so both arms load one and a warning says so. (The verdicts'
     power is proven on the fake clock above: on the 2-core CI machine, loaded by pytest-xdist, a CPU case's
     samples swung from 6 us to 3.5 ms, and one case came out AMBIGUOUS.)"""
     (tmp_path / "test_ab_suite.py").write_text(attention_suite("prefill"))
     report = tmp_path / "report"
+    (tmp_path / "main-build").mkdir()  # A: a folder that holds no build (so both arms load this environment's)
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--attn-profile=cpu",
          "--attn-backends=sdpa-math", "--attn-max-time=0.5", "-k", "cross and fwd and not fwdbwd",
-         "--attn-ab=same,same+slowdown=50%", f"--attn-report={report}", *xdist, "test_ab_suite.py"],
+         "--attn-ab=main-build,same+slowdown=50%", f"--attn-report={report}", *xdist, "test_ab_suite.py"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300)
     out = done.stdout + done.stderr
     assert "paired A/B at a 2.0% threshold: " in out, out
     assert "B: same+slowdown=50%: this environment; slowed by 50.0% on purpose -- " in out  # and what it ran
     assert "pytest-attn from " in out
+    warning = "  warning: A (main-build) and B (same+slowdown=50%) are two environments, but both load the same builds"
+    assert warning in out.split("pytest-attn A/B ==")[1]  # in the summary, and said as soon as the arms said hello
+    assert xdist or out.index(f"pytest-attn A/B: {warning.strip()}") < out.index("pytest-attn A/B ==")
     results = json.loads((report / "ab.json").read_text())["results"]
     assert len(results) == 2 and all(r["paired"]["verdict"] in ("SLOWER", "AMBIGUOUS", "SAME", "FASTER")
                                      for r in results)
@@ -246,3 +253,51 @@ def test_a_faster_clock_in_b_does_not_hide_a_slowdown():
     a, b = [1.0] * 8, [1.002, 1.001, 1.003, 1.002] * 2
     assert paired("x", a, b, 0.02, [1800] * 8, [1800] * 8).verdict == "SAME"
     assert paired("x", a, b, 0.02, [1800] * 8, [1840] * 8).verdict == "AMBIGUOUS"  # +2.2 % clock, +2.4 % cycles
+
+
+def _hello_of(folder: Path | None) -> dict:
+    """What an arm's hello says it loads, with ``folder`` first on sys.path (an arm's folder)."""
+    saved = list(sys.path)
+    try:
+        if folder is not None:
+            sys.path.insert(0, str(folder))
+        found = arm_module.libraries()
+    finally:
+        sys.path[:] = saved
+    return {"pytest_attn": "/co/pytest_attn", "versions": {k: v for k, (v, _) in found.items()},
+            "places": {k: p for k, (_, p) in found.items()}}
+
+
+def _fake_install(folder: Path, name: str, version: str) -> Path:
+    info = folder / f"{name}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    return folder
+
+
+def test_the_arms_say_which_build_each_loads(tmp_path):
+    """B's folder holds another install of a library (here of torch's own version, as a rebuilt PR branch
+    would): the lines name it with both folders; an empty folder, or a Python that finds the same installs,
+    is two environments that load one build -- a warning, said as soon as both arms said hello."""
+    from pytest_attn.engine.armspec import builds_lines
+
+    torch_version = arm_module.libraries()["torch"][0]
+    pr = _fake_install(tmp_path / "pr-build", "torch", torch_version)
+    a, b = _hello_of(None), _hello_of(pr)
+    assert b["places"]["torch"] == str(pr) and a["places"]["torch"] != str(pr)
+    specs = parse_ab(f"same,{pr}", tmp_path)
+    (line,) = builds_lines(specs, (a, b))
+    assert line == f"A | B load different builds of: torch {torch_version} from {a['places']['torch']} | " \
+                   f"{torch_version} from {pr}"
+    (tmp_path / "empty").mkdir()
+    for arms in ("same,empty", f"same,{sys.executable}"):
+        (warning,) = builds_lines(parse_ab(arms, tmp_path), (a, _hello_of(tmp_path / "empty")))
+        assert warning.startswith(f"warning: A (same) and B ({arms.split(',')[1]}) are two environments, but both"
+                                  f" load the same builds: ") and f"torch {torch_version} from " in warning
+    assert builds_lines(parse_ab("same,same+slowdown=2%", tmp_path), (a, a)) == []  # one environment: nothing
+    assert builds_lines(specs, (a, {})) == []  # B has not said hello
+    said = []
+    run = ab_plugin.AbRun(parse_ab("same,empty", tmp_path), 0.02, ("SLOWER",), said.append)
+    run._arms = (SimpleNamespace(about=a), SimpleNamespace(about=a))
+    run._say_builds(), run._say_builds()
+    assert len(said) == 1 and said[0].startswith("warning: ") and run.lines()[-1] == said[0]

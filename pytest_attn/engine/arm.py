@@ -5,7 +5,8 @@ stdin/stdout (anything else the libraries print goes to stderr, a log file). Req
 with one line:
 
 * ``hello``: the run's settings, the slowdown and the files that register back ends; answers with this
-  arm's interpreter, pytest-attn, torch and kernel-library versions and its device;
+  arm's interpreter, pytest-attn, torch and kernel-library versions (and the folder each was found in)
+  and its device;
 * ``prepare``: a case (its JSON form, :mod:`pytest_attn.core.codec`): can it run here, inputs, the check
   against the reference, warm-up, the timer (the kind and the input sets the controller names, so both
   arms time alike); answers ``ok`` with the timer, or ``skip``/``fail`` with the reason;
@@ -85,13 +86,17 @@ def settings_from_json(data: dict[str, Any]) -> RunSettings:
     return RunSettings(warmup=WarmupRule(**data.get("warmup", {})), **fields)
 
 
-def versions() -> dict[str, str]:
+def libraries() -> dict[str, tuple[str, str]]:
+    """Each known library this environment has: its version and the folder its install was found in (as
+    ``import`` finds it: the first on ``sys.path``), so two arms that load one build can be told apart
+    from two that load two builds of one version."""
     found = {}
     for name in LIBRARIES:
         try:
-            found[name] = importlib.metadata.version(name)
+            dist = importlib.metadata.distribution(name)
         except importlib.metadata.PackageNotFoundError:
             continue
+        found[name] = (dist.version, os.path.normpath(str(dist.locate_file(""))))
     return found
 
 
@@ -121,10 +126,12 @@ class Arm:
                                             events_from_s=EVENTS_FROM_S, min_input_sets=MIN_INPUT_SETS)
         self.device, self.nvml = self._probe()
         self.clock, clock = self._open_clock(self.device.sm_count or 0) if self.device.is_cuda else (None, "no GPU")
+        found = libraries()
         return {"protocol": PROTOCOL, "clock": clock, "python": sys.executable,
                 "pytest_attn": os.path.dirname(pytest_attn.__file__),
-                "versions": versions(), "device": self.device.describe(), "uuid": self.device.uuid,
-                "pid": os.getpid()}
+                "versions": {k: version for k, (version, _) in found.items()},
+                "places": {k: place for k, (_, place) in found.items()},
+                "device": self.device.describe(), "uuid": self.device.uuid, "pid": os.getpid()}
 
     def prepare(self, request: dict[str, Any]) -> dict[str, Any]:
         assert self.registry is not None and self.device is not None, "hello first"

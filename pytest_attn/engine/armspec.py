@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..core.percent import parse_percent
 
@@ -76,3 +77,31 @@ def parse_ab(text: str, cwd: Path) -> tuple[ArmSpec, ArmSpec]:
         raise ValueError(f"--attn-ab={text!r}: give two arms separated by a comma, A (the reference, e.g. main)"
                          f" then B (the change), e.g. {EXAMPLES}")
     return parse_arm(parts[0], cwd), parse_arm(parts[1], cwd)
+
+
+def builds_lines(specs: tuple[ArmSpec, ArmSpec], abouts: tuple[dict[str, Any], dict[str, Any]]) -> list[str]:
+    """What the arms' hellos say they load, against each other: the libraries (and pytest-attn) whose
+    version or folder differ; where the arms name two environments but load one build of everything
+    listed, a warning -- the A/B would compare a build with itself. Empty before both arms said hello."""
+    if not all(about.get("pytest_attn") for about in abouts):
+        return []
+    seen = [_builds(about) for about in abouts]
+    differ = [f"{name} {seen[0].get(name, 'absent')} | {seen[1].get(name, 'absent')}"
+              for name in sorted(seen[0].keys() | seen[1].keys()) if seen[0].get(name) != seen[1].get(name)]
+    if differ:
+        return ["A | B load different builds of: " + "; ".join(differ)]
+    a, b = specs
+    if (a.path, a.python) == (b.path, b.python):
+        return []
+    return [f"warning: A ({a.text}) and B ({b.text}) are two environments, but both load the same builds: "
+            + "; ".join(f"{name} {build}" for name, build in sorted(seen[0].items()))
+            + ". If B was to run another build of one of these, it does not reach B's worker: B's folder holds no"
+            " install of it (pip install --target FOLDER ...), or B's Python finds another first (PYTHONPATH,"
+            " which the arms inherit from this run, comes before a virtualenv's site-packages). The verdicts"
+            " compare a build with itself unless the arms differ in code not listed here."]
+
+
+def _builds(about: dict[str, Any]) -> dict[str, str]:
+    places = about.get("places", {})
+    found = {name: f"{version} from {places.get(name, '?')}" for name, version in about.get("versions", {}).items()}
+    return {**found, "pytest-attn": f"from {about['pytest_attn']}"}

@@ -12,8 +12,10 @@ arms and hands each outcome to the controller in its test report.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -24,7 +26,7 @@ from ..core.device import DeviceInfo
 from ..core.record import Record
 from ..engine.arm import settings_to_json
 from ..engine.arms import ArmError, ArmProcess
-from ..engine.armspec import ArmSpec
+from ..engine.armspec import ArmSpec, builds_lines
 from ..engine.pairing import PairRule, PairRun, check_pair, run_pair
 from ..engine.settings import CaseFailed, CaseSkipped
 from ..verdicts.ab_reports import markdown, terminal_lines, write_ab_reports
@@ -45,14 +47,17 @@ REFUSED_WITH = {"attn_save_baseline": "--attn-save-baseline", "attn_add_to_basel
 class AbRun:
     """The arms of this process and the outcomes of the session (a controller's: its workers')."""
 
-    def __init__(self, specs: tuple[ArmSpec, ArmSpec], threshold: float, fail_on: tuple[str, ...]) -> None:
+    def __init__(self, specs: tuple[ArmSpec, ArmSpec], threshold: float, fail_on: tuple[str, ...],
+                 say: Callable[[str], None] = lambda line: None) -> None:
         self.specs = specs
+        self.say = say  # a line to the terminal now (the arms' builds, once both said hello)
         self.threshold = threshold
         self.fail_on = fail_on
         self.results: list[AbResult] = []
         self.last: AbResult | None = None
         self.worker_lines: list[str] = []  # a controller's: the arm lines its workers saw
         self._arms: tuple[ArmProcess, ArmProcess] | None = None
+        self._said = False
 
     def arms(self, session: AttnSession) -> tuple[ArmProcess, ArmProcess]:
         if self._arms is None:
@@ -73,6 +78,8 @@ class AbRun:
             run = run_pair(self._cases(case), label, a, b, self.rule(session))
         except ArmError as exc:
             raise CaseFailed(f"{case.id}: {exc}") from None
+        finally:
+            self._say_builds()
         record_a, record_b = (Record.from_json(r) for r in run.records)
         record_b = dataclasses.replace(record_b, device=_pinned(record_b.device, session.device))
         self.last = result_of(label, case, run, record_a, record_b, self.threshold)
@@ -84,6 +91,21 @@ class AbRun:
             check_pair(self._cases(case), label, *self.arms(session))
         except ArmError as exc:
             raise CaseFailed(f"{case.id}: {exc}") from None
+        finally:
+            self._say_builds()
+
+    def _say_builds(self) -> None:
+        """Once both arms said hello: what they load against each other, before the run goes on (a warning
+        that both load one build is worth a stopped run)."""
+        lines = self._builds()
+        if lines and not self._said:
+            self._said = True
+            for line in lines:
+                self.say(line)
+
+    def _builds(self) -> list[str]:
+        abouts = tuple(arm.about for arm in self._arms) if self._arms is not None else ({}, {})
+        return builds_lines(self.specs, (abouts[0], abouts[1]))
 
     def _cases(self, case: AttnCase) -> tuple[dict[str, Any], dict[str, Any]]:
         return self._case_for(case, self.specs[0]), self._case_for(case, self.specs[1])
@@ -110,7 +132,7 @@ class AbRun:
                     + ", ".join(f"{k} {v}" for k, v in about.get("versions", {}).items())
                     + (f"; SM clock: {about['clock']}" if about.get("clock") else "") if about else "")
             out.append(f"{label}: {spec.text}: {spec.describe()}{seen}")
-        return out
+        return out + self._builds()
 
     def close(self) -> None:
         for arm in self._arms or ():
@@ -160,7 +182,8 @@ def pytest_configure(config: pytest.Config) -> None:
     clash = [flag for dest, flag in REFUSED_WITH.items() if config.getoption(dest, None)]
     if clash:
         raise pytest.UsageError(f"--attn-ab compares two arms measured now; it does not go with {', '.join(clash)}")
-    run = config.stash[AB_RUN] = AbRun(specs, config.getoption("attn_ab_threshold"), config.getoption("attn_fail_on"))
+    run = config.stash[AB_RUN] = AbRun(specs, config.getoption("attn_ab_threshold"), config.getoption("attn_fail_on"),
+                                       _say(config))
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(Collector(run), "pytest-attn-ab-collector")
 
@@ -206,6 +229,19 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if failing:
         lines.append(f"{len(failing)} case(s) {'/'.join(run.fail_on)} in B: the run fails (--attn-fail-on)")
     config.stash[AB_LINES] = lines
+
+
+def _say(config: pytest.Config) -> Callable[[str], None]:
+    """A line to the terminal now, also from inside a test (past pytest's output capture)."""
+    def say(line: str) -> None:
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        capture = config.pluginmanager.get_plugin("capturemanager")
+        if reporter is not None:
+            with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
+                reporter.write_line(f"pytest-attn A/B: {line}")
+                reporter.flush()
+
+    return say
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
