@@ -198,6 +198,7 @@ def test_one_stalled_block_does_not_blind_the_verdict():
     assert result.change == pytest.approx(0.5, abs=0.01)
 
 
+@pytest.mark.slow  # it starts pytest (and the arms) in subprocesses
 @pytest.mark.parametrize("xdist", [(), ("-n", "1")], ids=["one-process", "xdist-worker"])
 def test_a_real_ab_run_of_two_worker_processes(tmp_path, xdist):
     """Two arm processes on this CPU, B slowed by 50 % on purpose: both cases are measured by both arms and
