@@ -12,7 +12,6 @@ arms and hands each outcome to the controller in its test report.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 from collections.abc import Callable
@@ -32,7 +31,7 @@ from ..engine.settings import CaseFailed, CaseSkipped
 from ..verdicts.ab_reports import markdown, terminal_lines, write_ab_reports
 from ..verdicts.paired import AbResult, paired
 from .gate import append_job_summary, write_section
-from .session import AB_LINES, AB_RUN, ATTN_SESSION, AttnSession
+from .session import AB_LINES, AB_RUN, ATTN_SESSION, AttnSession, terminal_say
 
 AB_PROPERTY = "pytest_attn_ab"
 AB_ARMS_PROPERTY = "pytest_attn_ab_arms"  # a worker's arm lines (what each arm runs), for the controller's summary
@@ -183,7 +182,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if clash:
         raise pytest.UsageError(f"--attn-ab compares two arms measured now; it does not go with {', '.join(clash)}")
     run = config.stash[AB_RUN] = AbRun(specs, config.getoption("attn_ab_threshold"), config.getoption("attn_fail_on"),
-                                       _say(config))
+                                       terminal_say(config, "pytest-attn A/B"))
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(Collector(run), "pytest-attn-ab-collector")
 
@@ -229,19 +228,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if failing:
         lines.append(f"{len(failing)} case(s) {'/'.join(run.fail_on)} in B: the run fails (--attn-fail-on)")
     config.stash[AB_LINES] = lines
-
-
-def _say(config: pytest.Config) -> Callable[[str], None]:
-    """A line to the terminal now, also from inside a test (past pytest's output capture)."""
-    def say(line: str) -> None:
-        reporter = config.pluginmanager.get_plugin("terminalreporter")
-        capture = config.pluginmanager.get_plugin("capturemanager")
-        if reporter is not None:
-            with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
-                reporter.write_line(f"pytest-attn A/B: {line}")
-                reporter.flush()
-
-    return say
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

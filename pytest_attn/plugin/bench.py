@@ -47,6 +47,7 @@ from .session import (
     attn_session,
     case_of_item,
     prepare_attention_run,
+    terminal_say,
 )
 from .signals import guard_signals
 from .workers import (
@@ -144,18 +145,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     device = attn.device
     runnable = [(c, b) for c, b in pairs if refusal(b, c, device) is None]
-    attn.compiled = compile_phase(runnable, device, _say(session.config))
-
-
-def _say(config: pytest.Config) -> Callable[[str], None]:
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-
-    def say(line: str) -> None:
-        if reporter is not None:
-            reporter.write_line(f"pytest-attn: {line}")
-            reporter.flush()
-
-    return say
+    attn.compiled = compile_phase(runnable, device, terminal_say(session.config))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -163,7 +153,8 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
     """``--attn-compile-only``: the modules are built (above); measure nothing."""
     attn = session.config.stash.get(ATTN_SESSION, None)
     if attn is not None and attn.options.compile_only:
-        _say(session.config)(f"--attn-compile-only: {len(attn.compiled.builds)} module(s) built; nothing measured")
+        built = len(attn.compiled.builds)
+        terminal_say(session.config)(f"--attn-compile-only: {built} module(s) built; nothing measured")
         return True
     return None
 
@@ -177,7 +168,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if progress is not None:
         line = progress.start(item.name)
         if line:
-            _say(item.config)(line)
+            terminal_say(item.config)(line)
     start = time.monotonic()
     yield
     if attn is not None:

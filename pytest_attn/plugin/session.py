@@ -8,7 +8,9 @@ collected, an ``--attn-*`` option is given, or a suite's conftest calls :func:`p
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -218,6 +220,19 @@ SIGNAL_GUARD = pytest.StashKey[Any]()  # .signals.SignalsAsInterrupt, while the 
 AB_RUN = pytest.StashKey[Any]()  # --attn-ab: the plugin.ab.AbRun of this process
 AB_LINES = pytest.StashKey[list[str]]()  # --attn-ab: the A/B summary, once the session finished
 CPU_THREADS = pytest.StashKey[str]()  # what torch's CPU thread count was set to, and why (for the summary)
+
+
+def terminal_say(config: pytest.Config, prefix: str = "pytest-attn") -> Callable[[str], None]:
+    """``say(line)``: a line to the terminal now, also from inside a test (past pytest's output capture)."""
+    def say(line: str) -> None:
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        capture = config.pluginmanager.get_plugin("capturemanager")
+        if reporter is not None:
+            with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
+                reporter.write_line(f"{prefix}: {line}")
+                reporter.flush()
+
+    return say
 
 
 def attn_session(config: pytest.Config) -> AttnSession:
