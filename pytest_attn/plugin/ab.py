@@ -96,11 +96,12 @@ class AbRun:
     def _say_builds(self) -> None:
         """Once both arms said hello: what they load against each other, before the run goes on (a warning
         that both load one build is worth a stopped run)."""
+        if self._said:
+            return
         lines = self._builds()
-        if lines and not self._said:
-            self._said = True
-            for line in lines:
-                self.say(line)
+        self._said = bool(lines)
+        for line in lines:
+            self.say(line)
 
     def _builds(self) -> list[str]:
         abouts = tuple(arm.about for arm in self._arms) if self._arms is not None else ({}, {})
