@@ -194,3 +194,17 @@ def test_the_baseline_file_is_readable_by_others_on_the_host(tmp_path):
     finally:
         os.umask(old)
     assert path.stat().st_mode & 0o777 == 0o644  # mkstemp alone leaves 0600
+
+
+def test_a_repeat_taken_by_another_timer_is_refused():
+    """A repeat must be the same quantity: a case the new run timed by events is not added to repeats taken by
+    kernel-sum (named in the refusal), the others are."""
+    from pytest_attn.verdicts.baseline import add_repeat
+
+    old, new = _record_run(), _record_run()
+    info = new["benchmarks"][0]["extra_info"]
+    info["timing"]["timer"], info["timing"]["calls_per_sample"] = "cuda-event", 1
+    _, added, refused = add_repeat(old, new)
+    assert added == 1 and len(refused) == 1
+    assert refused[0].endswith("timed by cuda-event x1 here, by kernel-sum x5 in the stored repeats (a repeat must"
+                               " be the same quantity)")

@@ -16,6 +16,7 @@ import pytest
 
 from pytest_attn.core.stats import relative_precision
 from pytest_attn.verdicts.gate import (
+    DEFAULT_FAIL_ON,
     FLOOR,
     Noise,
     Thresholds,
@@ -27,7 +28,7 @@ from pytest_attn.verdicts.gate import (
     regressions,
     verdict,
 )
-from pytest_attn.verdicts.reports import explain
+from pytest_attn.verdicts.reports import explain, headline
 from pytest_attn.verdicts.runs import Bench, benches
 
 RECORDED = Path(__file__).parent / "data" / "h200_smoke_subset.json"
@@ -229,7 +230,7 @@ def test_a_case_that_did_not_converge_says_so():
 # ---- fail-on, thresholds, matches ----------------------------------------------------------------
 def test_fail_on_names_verdicts():
     assert parse_fail_on("slower,missing") == ("SLOWER", "MISSING")
-    with pytest.raises(ValueError, match="give one or more of slower, clock, ambiguous, faster, missing"):
+    with pytest.raises(ValueError, match="give one or more of slower, timer, clock, ambiguous, faster, missing"):
         parse_fail_on("worse")
 
 
@@ -311,3 +312,30 @@ def test_records_are_read_back_from_a_run_and_legacy_runs_still_gate(run):
     assert read.sm_clock_mhz == 1980 and read.stop_reason == "precision"
     legacy = benches(run)  # flat extra_info, written before the record existed: no record, still a median
     assert all(b.record is None and b.median_s > 0 and b.backend for b in legacy.values())
+
+
+def _timed(median_s: float, timer: str = "kernel-sum", calls: int = 8, test: str = "suite::case"):
+    from factories import record
+
+    r = record("sdpa-cudnn", median_s, timer=timer, test=test)
+    return dataclasses.replace(r, timing=dataclasses.replace(r.timing, calls_per_sample=calls))
+
+
+@pytest.mark.parametrize("change", [0.0, 0.004, 1.5466, -0.4])
+@pytest.mark.parametrize("timer, calls", [("cuda-event", 1), ("kernel-sum", 1), ("kernel-sum", 16), ("cuda-graph", 8)])
+def test_medians_of_two_timers_are_never_compared(change, timer, calls):
+    """On an H100 a clean rerun read a cuDNN fwd+bwd step at 506.59 us by events against the baseline's 198.99 us
+    by kernel-sum x8 (+154.6 %, SLOWER); any other timer or calls per sample is TIMER, never SAME, SLOWER or
+    FASTER -- whatever the medians say -- and fails the run by default, saying what differs and what to do."""
+    from pytest_attn.verdicts.runs import bench_of
+
+    base = {"suite::case": bench_of(_timed(198.99e-6))}
+    cur = {"suite::case": bench_of(_timed(198.99e-6 * (1 + change), timer, calls))}
+    (c,) = compare(base, cur, Thresholds())
+    assert c.verdict == "TIMER" and c.verdict in DEFAULT_FAIL_ON
+    assert f"the baseline timed it by kernel-sum x8 (2 input set(s)), this run by {timer} x{calls}" in c.notes[0]
+    assert "not compared" in c.notes[0] and "--attn-timer" in c.notes[0]
+    assert regressions([c]) == [c] and headline([c]) == "failed on 1 TIMER"
+    assert headline([c], fail_on=("SLOWER",)) == "no regression in the cases compared; 1 TIMER not compared"
+    (same,) = compare(base, {"suite::case": bench_of(_timed(198.99e-6 * (1 + change)))}, Thresholds())
+    assert same.verdict != "TIMER"  # the same timer and calls: compared as ever

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import json
+import shutil
 
 import pytest
 
@@ -130,6 +131,12 @@ def run(pytester, monkeypatch, fake_clock):
     return lambda *extra, **kwargs: pytester.runpytest(*ARGS, *extra, **kwargs)
 
 
+def ungated(run):
+    """``run`` without the gate: a test of what the end of a run writes, not of verdicts (a run that names its
+    baselines folder with no baseline for this device in it fails: it asked for a gate and got none)."""
+    return lambda *extra, **kwargs: run("--attn-baseline=off", *extra, **kwargs)
+
+
 def _baseline(run, pytester, repeats=3):
     saved = run("--attn-save-baseline")
     assert saved.ret == pytest.ExitCode.OK
@@ -151,7 +158,7 @@ def test_a_clean_rerun_is_same_and_five_percent_injected_is_slower(run, pytester
     assert slower.ret == pytest.ExitCode.TESTS_FAILED
     slower.stdout.fnmatch_lines([f"against */b/{KEY}/baseline.json: {count} SLOWER",
                                  "  SLOWER: test_attn?steady-*: moved +5.*% against noise of +-*",
-                                 f"failed: {count} SLOWER (--attn-fail-on=slower)"])
+                                 f"failed: {count} SLOWER (--attn-fail-on=slower,timer)"])
     summary = (pytester.path / "rep" / "summary.md").read_text()
     assert summary.startswith(f"### pytest-attn: regression ({count} SLOWER)")
     assert (pytester.path / "rep" / "results.csv").exists()
@@ -206,11 +213,17 @@ def test_missing_cases_fail_when_asked_and_a_run_matching_nothing_fails_when_the
     assert fewer.ret == pytest.ExitCode.OK
     assert run("-k", "tiny-mha", "--attn-fail-on=missing").ret == pytest.ExitCode.TESTS_FAILED
     pytester.makepyfile(test_other=SUITE)
-    other = run("test_other.py")  # another selection than the stored baseline's (one suite, -k serving): not gated
+    shutil.copytree(pytester.path / "b", pytester.path / "baselines")  # the default folder: stored, not named
+    stored = [a for a in ARGS if not a.startswith("--attn-baselines-dir")]
+    other = pytester.runpytest(*stored, "test_other.py")  # another selection than the stored one's: not gated
     assert other.ret == pytest.ExitCode.OK
-    other.stdout.fnmatch_lines([f"not gated: no case of this run is in the baseline */b/{KEY}/baseline.json ({count}"
-                                f" cases there, {count} here): nothing was compared -- *--attn-baseline=PATH"])
-    assert run("test_other.py", "--attn-fail-on=slower,missing").ret == pytest.ExitCode.TESTS_FAILED
+    other.stdout.fnmatch_lines([f"not gated: no case of this run is in the baseline */baselines/{KEY}/baseline.json"
+                                f" ({count} cases there, {count} here): nothing was compared -- *--attn-baseline=PATH"])
+    assert pytester.runpytest(*stored, "test_other.py", "--attn-fail-on=slower,missing").ret == \
+        pytest.ExitCode.TESTS_FAILED
+    named_dir = run("test_other.py")  # the folder named with --attn-baselines-dir: a gate asked for must compare
+    assert named_dir.ret == pytest.ExitCode.TESTS_FAILED
+    named_dir.stdout.fnmatch_lines([f"error: no case of this run is in the baseline */b/{KEY}/baseline.json*"])
     named = run("test_other.py", f"--attn-baseline=b/{KEY}/baseline.json")  # a gate asked for by name must compare
     assert named.ret == pytest.ExitCode.TESTS_FAILED
     named.stdout.fnmatch_lines([f"error: no case of this run is in the baseline b/{KEY}/baseline.json ({count} cases"
@@ -236,6 +249,7 @@ def test_a_baseline_of_another_device_is_refused_with_both_names(run, pytester):
 
 
 def test_an_interrupted_run_is_marked_partial_and_a_bare_compare_skips_it(run, pytester, monkeypatch):
+    run = ungated(run)
     assert run("--benchmark-autosave").ret == pytest.ExitCode.OK
     monkeypatch.setenv("STOP_HERE", "ctrl-c")
     stopped = run("--benchmark-autosave", "--attn-save-baseline", no_reraise_ctrlc=True)
@@ -260,6 +274,7 @@ def test_an_interrupted_run_is_marked_partial_and_a_bare_compare_skips_it(run, p
 
 
 def test_a_run_stopped_by_x_is_partial_and_one_that_ran_to_its_end_is_not(run, pytester, monkeypatch):
+    run = ungated(run)
     monkeypatch.setenv("STOP_HERE", "fail")
     stopped = run("-x", "--benchmark-json=out.json")
     assert stopped.ret == pytest.ExitCode.TESTS_FAILED
@@ -271,6 +286,7 @@ def test_a_run_stopped_by_x_is_partial_and_one_that_ran_to_its_end_is_not(run, p
 
 
 def test_a_benchmark_json_path_that_cannot_be_written_stops_the_run_at_start_up(run, pytester):
+    run = ungated(run)
     # it used to measure every case, then die on a raw FileNotFoundError with no summary and no autosave
     missing = run("--benchmark-json=nowhere/x.json")
     assert missing.ret == pytest.ExitCode.USAGE_ERROR
@@ -287,6 +303,7 @@ def test_a_benchmark_json_opened_by_an_older_pytest_benchmark_is_taken_as_it_is(
     """pytest-benchmark <= 5.2 parses --benchmark-json with argparse.FileType("wb"): the option is a file it
     opened (on the GPU machine the start-up check crashed on it with an INTERNALERROR). This one's save
     takes a path, so the run stops short of saving (--benchmark-disable): start-up is what is tested."""
+    run = ungated(run)
     import types
 
     from pytest_attn.plugin.session import benchmark_json_path
@@ -331,6 +348,7 @@ class _FullDisk:
 
 
 def test_a_full_disk_at_the_end_leaves_no_truncated_json_and_exits_4_after_the_summary(run, pytester, monkeypatch):
+    run = ungated(run)
     import pathlib
 
     import pytest_benchmark.session
@@ -360,6 +378,7 @@ def test_a_full_disk_at_the_end_leaves_no_truncated_json_and_exits_4_after_the_s
 
 
 def test_an_exception_in_a_hook_at_the_end_still_prints_the_summary(run, pytester):
+    run = ungated(run)
     pytester.makeconftest(CONFTEST + '''
 
 def pytest_sessionfinish(session):
@@ -371,3 +390,26 @@ def pytest_sessionfinish(session):
                                  " conftest hook fails. The results above were measured*",
                                  "*raise RuntimeError(\"a conftest hook fails\")*"])
     assert json.loads((pytester.path / "out.json").read_text())["benchmarks"]  # written before the hook failed
+
+
+def test_a_mistyped_baselines_folder_stops_the_run_at_start_up_and_one_without_this_device_fails(run, pytester):
+    """A typo in --attn-baselines-dir used to turn the gate off with exit status 0 (every result NEW). It stops
+    the run before anything is measured, naming the path and the fix; a file there likewise. Only
+    --attn-save-baseline may create the folder. A named folder without a baseline for this device fails at the
+    end (a gate was asked for, and compared nothing)."""
+    typo = run("--attn-baselines-dir=baselnes")
+    assert typo.ret == pytest.ExitCode.USAGE_ERROR and "passed" not in typo.stdout.str()
+    typo.stderr.fnmatch_lines(["*--attn-baselines-dir=*baselnes: no such folder*Check the path; to record the first"
+                               " baseline there, run with --attn-save-baseline, which creates it*"])
+    (pytester.path / "afile").write_text("")
+    afile = run("--attn-baselines-dir=afile")
+    assert afile.ret == pytest.ExitCode.USAGE_ERROR
+    afile.stderr.fnmatch_lines(["*--attn-baselines-dir=*afile: that is a file, not a folder of baselines*"])
+    (pytester.path / "empty").mkdir()
+    empty = run("--attn-baselines-dir=empty")
+    assert empty.ret == pytest.ExitCode.USAGE_ERROR
+    empty.stdout.fnmatch_lines(["*pytest-attn summary*", f"error: --attn-baselines-dir=*empty holds no baseline for"
+                                f" CPU Test CPU 9000 (*empty/{KEY}/baseline.json): nothing was compared*"])
+    made = run("--attn-baselines-dir=new", "--attn-save-baseline")
+    assert made.ret == pytest.ExitCode.OK and (pytester.path / "new" / KEY / "baseline.json").is_file()
+    assert run("--attn-baselines-dir=new").ret == pytest.ExitCode.OK  # and now it gates

@@ -340,7 +340,7 @@ def test_local_history_is_kept_per_gpu(pytester, monkeypatch):
         (["--attn-report=afile/rep"], "*--attn-report=afile/rep: cannot write there*"),
         (["--attn-cpu-threads=0"], "*--attn-cpu-threads must be positive, got '0'*"),
         (["--attn-inject-slowdown=fast"], "*--attn-inject-slowdown*'fast' is not a number or a percentage*"),
-        (["--attn-fail-on=worse"], "*--attn-fail-on='worse': give one or more of slower, clock, ambiguous*"),
+        (["--attn-fail-on=worse"], "*--attn-fail-on='worse': give one or more of slower, timer, clock, ambiguous*"),
         (["--attn-save-baseline", "--attn-add-to-baseline"],
          "*--attn-save-baseline and --attn-add-to-baseline: give one*"),
         (["--attn-cpu-threads=many"], "*--attn-cpu-threads must be a whole number, got 'many'*"),

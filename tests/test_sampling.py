@@ -60,3 +60,24 @@ def test_warm_up_gives_up_at_its_cap(fake_clock):
 
     report = warm_up(call, WarmupRule(max_time_s=5.0, min_time_s=0.0), fake_clock)
     assert not report.settled and report.calls == 5
+
+
+def test_the_estimate_leaves_the_first_call_out_and_the_warm_up_counts_collections():
+    """A first call that builds plans (here 40 ms) does not set the estimate, even in a 3-call warm-up of long
+    calls; garbage collections during the warm-up are counted (they stall the host's launches)."""
+    import gc
+
+    from pytest_attn.engine.sampling import WarmupReport
+
+    assert WarmupReport([0.04, 0.2e-3, 0.21e-3], 0.05, True).estimate_s == pytest.approx(0.205e-3)
+    assert WarmupReport([0.3], 0.3, False).estimate_s == 0.3  # one call: it is all there is
+    calls = iter([0.04] + [1e-3] * 20)
+
+    def call():
+        gc.collect()
+        return next(calls)
+
+    clock = iter(range(100))
+    report = warm_up(call, WarmupRule(min_calls=3, min_time_s=0.0, window=3), clock=lambda: next(clock) * 1e-3)
+    assert report.collections == report.calls >= 6 and report.estimate_s == 1e-3
+    assert "first call 40.00 ms" in report.describe() and "garbage collection" in report.describe()

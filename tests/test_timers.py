@@ -173,3 +173,73 @@ def test_capture_check_fails_a_graph_whose_output_goes_stale(monkeypatch):
     _capture_fakes(monkeypatch, torch, ["attn_fwd_kernel"] * 4)
     with pytest.raises(timers.CaptureError, match="output 0 differs from the eager call's after a replay"):
         timers.check_capture(lambda: torch.arange(4.0), FakeGraph(torch, drop_kernel=True))
+
+
+def test_a_pin_builds_the_baseline_s_timer_whatever_the_estimate(monkeypatch):
+    """A gated case is timed as its baseline record was: kernel-sum x1 is read over events even for a call the
+    estimate puts under 5 ms, and kernel-sum x8 over 2 input sets is a graph of 8 calls over 2 sets even where
+    the estimate says 6 ms (a noisy warm-up once read a 200 us cuDNN step at 5 ms or more)."""
+    from pytest_attn.core.record import TimerPin
+
+    made = []
+
+    class Events:
+        kind, calls_per_sample = "cuda-event", 1
+
+        def __init__(self, steps, flush):
+            made.append(("events", len(steps)))
+
+        def sample(self):
+            return 1e-3
+
+    class Graph:
+        kind = "cuda-graph"
+
+        def __init__(self, steps, calls, flush):
+            self.calls_per_sample, self.first_output = calls, None
+            made.append(("graph", len(steps), calls))
+
+        def sample(self):
+            return 1e-3
+
+    monkeypatch.setattr(timers, "CudaEventTimer", Events)
+    monkeypatch.setattr(timers, "CudaGraphTimer", Graph)
+    monkeypatch.setattr(timers, "check_capture", lambda step, graph: "checked")
+    monkeypatch.setattr(timers, "device_activity", lambda run: [])
+    built = timers.build_timer("kernel-sum", [lambda: None], 200e-6, lambda: None,
+                               lambda have: pytest.fail("no input sets for events"), TimerPin("kernel-sum", 1, 1))
+    assert (built.kind, built.timer.calls_per_sample, made[-1]) == ("kernel-sum", 1, ("events", 1))
+    built = timers.build_timer("kernel-sum", [lambda: None], 6e-3, lambda: None, lambda have: [lambda: None],
+                               TimerPin("kernel-sum", 8, 2))
+    assert (built.kind, built.input_sets, built.timer.calls_per_sample, made[-1]) == ("kernel-sum", 2, 8,
+                                                                                      ("graph", 2, 8))
+    built = timers.build_timer("kernel-sum", [lambda: None], 6e-3, lambda: None, lambda have: [lambda: None] * 9,
+                               TimerPin("kernel-sum", 8, 2))  # memory gave other sets: the pin cannot hold
+    assert built.timer.calls_per_sample == 10 and built.input_sets == 10  # the record says so; the gate, TIMER
+
+
+def test_a_call_the_warm_up_reads_long_is_timed_by_its_kernels_when_the_host_made_it_long(monkeypatch):
+    """The timer follows the GPU's work, not one noisy reading of the host's: a warm-up whose events read 5.3 ms
+    for a call whose kernels take 0.2 ms (a cuDNN fwd+bwd step on an H100, in the full committed run) chooses
+    kernel-sum and says why; a call whose kernels do take 6.4 ms stays on events; a short reading is not
+    profiled at all."""
+    from factories import H200
+
+    from pytest_attn.engine import measure
+    from pytest_attn.engine.sampling import WarmupReport
+
+    kernels = {"s": 0.2e-3}
+    profiled = []
+    monkeypatch.setattr(measure, "device_activity", lambda step: profiled.append(1) or [("k", kernels["s"])])
+    slow_host = WarmupReport([0.09, 5.2e-3, 5.3e-3, 5.4e-3], 0.1, True, collections=1)
+    estimate, why = measure.call_estimate(slow_host, lambda: None, H200, timers.GRAPH_THRESHOLD_S)
+    assert estimate == 0.2e-3 and choose_timer("auto", True, estimate) == "kernel-sum"
+    assert "5.3 ms a call by events" in why and "kernels 0.2 ms: the host's launches" in why
+    assert "1 garbage collection" in why and "first call 90.00 ms" in why
+    kernels["s"] = 6.4e-3
+    estimate, why = measure.call_estimate(slow_host, lambda: None, H200, timers.GRAPH_THRESHOLD_S)
+    assert estimate == 5.3e-3 and choose_timer("auto", True, estimate) == "cuda-event" and "kernels 6.4 ms" in why
+    profiled.clear()
+    short = WarmupReport([0.09, 0.6e-3, 0.6e-3, 0.6e-3], 0.1, True)
+    assert measure.call_estimate(short, lambda: None, H200, timers.GRAPH_THRESHOLD_S) == (0.6e-3, "")
+    assert not profiled

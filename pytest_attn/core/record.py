@@ -36,6 +36,20 @@ TIMING_TOLERANCE = 0.05  # --attn-verify-timing: reported median vs the profiler
 
 
 @dataclass(frozen=True)
+class TimerPin:
+    """What makes two medians comparable: the timer that took them, the calls one sample covers and the
+    input sets rotated. A gated run measures each case as its baseline record says (the plugin pins it),
+    and the gate never compares two medians whose pins differ (verdict TIMER)."""
+
+    timer: str
+    calls_per_sample: int = 1
+    input_sets: int = 1
+
+    def describe(self) -> str:
+        return f"{self.timer} x{self.calls_per_sample}"
+
+
+@dataclass(frozen=True)
 class Timing:
     """How the median was measured, and how far it can be trusted."""
 
@@ -58,6 +72,12 @@ class Timing:
     drift: float | None = None  # the samples' trend over the sampling, relative (see core.stats.relative_drift)
     l2: str = ""  # the cache condition the figure is for (cold or warm L2, input sets rotated)
     capture: str = ""  # graph-timed cases: what the eager-vs-replay check found
+    timer_choice: str = ""  # why this timer: pinned by a baseline, asked for, or the call's length (and the warm-up's)
+
+    @property
+    def pin(self) -> TimerPin:
+        """The timer, calls per sample and input sets: what another median must share to be compared."""
+        return TimerPin(self.timer, self.calls_per_sample, self.input_sets)
 
     @property
     def launch_gap_s(self) -> float | None:

@@ -25,7 +25,14 @@ from ..oracle.checks import check_finite, check_rows, only_rows_with_keys
 from ..oracle.grad_check import check_grad_rows
 from .inputs import make_inputs, make_step, torch_device
 from .nvml import Nvml
-from .profiler import nvtx_range, peak_memory_bytes, profile_kernels, profiled_kernel_time, write_trace
+from .profiler import (
+    device_activity,
+    nvtx_range,
+    peak_memory_bytes,
+    profile_kernels,
+    profiled_kernel_time,
+    write_trace,
+)
 from .sampling import Sampling, WarmupReport, sample_until, warm_up
 from .settings import CaseFailed, CaseSkipped, RunSettings, required_bytes
 from .timers import (
@@ -118,15 +125,19 @@ def _refuse_slow_cpu_call(case: AttnCase, step_s: float, settings: RunSettings) 
 
 
 def _timer(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings, free: int | None,
-           step: Callable[[], Any]) -> tuple[BuiltTimer, WarmupReport, L2Flush | None]:
-    """Warm up with the call being timed, then the timer its length calls for."""
+           step: Callable[[], Any]) -> tuple[BuiltTimer, WarmupReport, L2Flush | None, str]:
+    """Warm up with the call being timed, then the timer: the one the case's baseline record names where
+    the run is gated (``settings.pin``), else the one its length calls for. Returns why, in words."""
     flush = L2Flush(device.l2_bytes, torch_device(device)) if device.is_cuda else None
-    report = warm_up(CpuTimer([step]).sample if flush is None else CudaEventTimer([step], flush).sample,
-                     settings.warmup)
+    events = CudaEventTimer([step], flush) if flush is not None else None
+    report = warm_up(CpuTimer([step]).sample if events is None else events.sample, settings.warmup)
+    report.launch_s = events.launch_s if events is not None else []
+    pin = settings.pin if device.is_cuda and settings.timer == "auto" else None
 
     def more_sets(have: int) -> list[Callable[[], Any]]:
         per_set = flops.min_bytes(case)
-        sets = input_sets(per_set, device.l2_bytes, min_sets=settings.min_input_sets)
+        sets = pin.input_sets if pin is not None else \
+            input_sets(per_set, device.l2_bytes, min_sets=settings.min_input_sets)
         if free is not None and device.is_cuda:  # extra copies may use half of what the first one left free
             sets = max(1, min(sets, (free - required_bytes(case, backend, device)) // (2 * per_set)))
         out = []
@@ -136,10 +147,41 @@ def _timer(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSe
             out.append(make_step(case, backend.prepare(case, extra), extra))
         return out
 
-    kind = choose_timer(settings.timer, device.is_cuda, report.estimate_s, settings.events_from_s)
-    return build_timer(kind, [step], report.estimate_s, flush, more_sets), report, flush
+    estimate_s, why = call_estimate(report, step, device, settings.events_from_s)
+    if pin is not None:
+        built = build_timer(pin.timer, [step], estimate_s, flush, more_sets, pin)
+        return built, report, flush, f"pinned by the baseline's record: {pin.describe()}, {pin.input_sets} input" \
+                                     f" set(s){'; ' + why if why else ''}"
+    kind = choose_timer(settings.timer, device.is_cuda, estimate_s, settings.events_from_s)
+    if settings.timer != "auto" and device.is_cuda:
+        choice = f"--attn-timer={settings.timer}"
+    elif not device.is_cuda:
+        choice = "a CPU run"
+    else:
+        choice = why or (f"a call {'under' if kind == 'kernel-sum' else 'of'} {settings.events_from_s * 1e3:g} ms"
+                         f" {'' if kind == 'kernel-sum' else 'or more '}(the warm-up: {estimate_s * 1e3:.3g} ms by"
+                         " events)")
+    return build_timer(kind, [step], estimate_s, flush, more_sets), report, flush, choice
 
 
+def call_estimate(report: WarmupReport, step: Callable[[], Any], device: DeviceInfo,
+                  events_from_s: float) -> tuple[float, str]:
+    """A call's length for the timer choice, and why where it is not the warm-up's: a warm-up timed by
+    events reads the host's launches when they take longer than the GPU's work (a cuDNN fwd+bwd step of
+    200 us read 5 ms or more once in a full run on an H100). So a reading of ``events_from_s`` or more is
+    checked against the kernels of one profiled call, and the kernels decide."""
+    estimate = report.estimate_s
+    if not device.is_cuda or estimate < events_from_s:
+        return estimate, ""
+    try:
+        kernels = sum(seconds for _, seconds in device_activity(step))
+    except Exception as exc:  # no CUPTI: the warm-up's figure stands
+        return estimate, f"the warm-up read {estimate * 1e3:.3g} ms by events; kernels not read ({type(exc).__name__})"
+    said = (f"the warm-up read {estimate * 1e3:.3g} ms a call by events ({report.describe()}), one profiled call's"
+            f" kernels {kernels * 1e3:.3g} ms")
+    if 0 < kernels < events_from_s:
+        return kernels, f"{said}: the host's launches, not the GPU's work; timed by its kernels"
+    return estimate, said
 
 
 @dataclass
@@ -159,6 +201,7 @@ class Prepared:
     started: float
     setup_s: float
     prepare_s: float
+    choice: str = ""  # why this timer (see _timer)
 
 
 def prepare(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings, free: int | None,
@@ -170,11 +213,11 @@ def prepare(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunS
     setup_s = time.perf_counter() - started
     with nvtx_range(f"{label} warm-up", device.is_cuda):
         try:
-            built, warmup, flush = _timer(case, backend, device, settings, free, step)
+            built, warmup, flush, choice = _timer(case, backend, device, settings, free, step)
         except CaptureError as exc:
             raise CaseFailed(f"{case.id}: not timed: {exc}") from None
     return Prepared(case, backend, device, settings, label, step, check, built, warmup, flush, started, setup_s,
-                    time.perf_counter() - started)
+                    time.perf_counter() - started, choice)
 
 
 def measure(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings, free: int | None,
@@ -211,7 +254,8 @@ def record_of(p: Prepared, sampling: Sampling, diagnose: bool = True) -> Record:
                       p.warmup.settled, prepare_s=p.prepare_s, elapsed_s=time.perf_counter() - p.started,
                       setup_s=p.setup_s, graph_replay_s=median(replay) if replay else None,
                       drift=relative_drift(samples), capture=built.capture,
-                      l2=l2_condition(built.cache_kind, built.input_sets, flops.min_bytes(case), device.l2_bytes)),
+                      l2=l2_condition(built.cache_kind, built.input_sets, flops.min_bytes(case), device.l2_bytes),
+                      timer_choice=p.choice),
         work=work,
         figures=figures(work, median(samples), device.peak(case.dtype, settings.peak_tflops),
                         clocks_seen.sm_clock_mhz),

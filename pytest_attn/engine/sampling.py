@@ -6,8 +6,10 @@ logic is tested with fakes.
 
 from __future__ import annotations
 
+import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ..core.stats import median
@@ -20,6 +22,8 @@ class WarmupReport:
     times_s: list[float]
     elapsed_s: float
     settled: bool
+    collections: int = 0  # the garbage collector's runs during the warm-up (they stall the host's launches)
+    launch_s: list[float] = field(default_factory=list)  # the host's time to launch each call (events timing)
 
     @property
     def calls(self) -> int:
@@ -27,21 +31,47 @@ class WarmupReport:
 
     @property
     def estimate_s(self) -> float:
-        """Time of one call once warm: median of the last three warm-up calls."""
-        return median(self.times_s[-3:])
+        """Time of one call once warm: the median of the last three warm-up calls, the first call left out
+        (it builds plans, compiles, allocates) wherever there was another."""
+        warm = self.times_s[1:] or self.times_s
+        return median(warm[-3:])
+
+    def describe(self) -> str:
+        """The warm-up in words, for the record of why a timer was chosen."""
+        first = f"first call {self.times_s[0] * 1e3:.2f} ms" if self.times_s else "no call"
+        warm = self.launch_s[1:] or self.launch_s
+        host = f"; the host took {median(warm[-3:]) * 1e3:.3g} ms to launch a call" if warm else ""
+        gcs = f"; {self.collections} garbage collection(s) during it" if self.collections else ""
+        return f"{self.calls} calls in {self.elapsed_s:.2f} s, {first}{host}{gcs}"
+
+
+@contextmanager
+def counting_collections() -> Iterator[list[int]]:
+    """``[n]``: how many times the garbage collector ran inside the block."""
+    count = [0]
+
+    def seen(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            count[0] += 1
+
+    gc.callbacks.append(seen)
+    try:
+        yield count
+    finally:
+        gc.callbacks.remove(seen)
 
 
 def warm_up(timed_call: Callable[[], float], rule: WarmupRule, clock: Clock = time.perf_counter) -> WarmupReport:
     """Run the call being measured until its time settles (see :class:`WarmupRule`)."""
     t0 = clock()
     times: list[float] = []
-    while True:
-        times.append(timed_call())
-        elapsed = clock() - t0
-        if warmup_settled(times, elapsed, rule):
-            return WarmupReport(times, elapsed, True)
-        if elapsed >= rule.max_time_s and len(times) >= rule.min_calls:
-            return WarmupReport(times, elapsed, False)
+    with counting_collections() as collections:
+        while True:
+            times.append(timed_call())
+            elapsed = clock() - t0
+            settled = warmup_settled(times, elapsed, rule)
+            if settled or (elapsed >= rule.max_time_s and len(times) >= rule.min_calls):
+                return WarmupReport(times, elapsed, settled, collections[0])
 
 
 @dataclass

@@ -11,6 +11,7 @@ from ..backends.base import Backend
 from ..core import flops
 from ..core.case import AttnCase
 from ..core.device import DeviceInfo
+from ..core.record import TimerPin
 from .stopping import StopRule, WarmupRule
 from .timers import GRAPH_THRESHOLD_S
 
@@ -49,6 +50,7 @@ class RunSettings:
     cpu_call_limit_s: float = CPU_CALL_LIMIT_S
     events_from_s: float = GRAPH_THRESHOLD_S  # ``auto`` times calls this long or longer with events
     min_input_sets: int = 1  # graph timers rotate at least this many input sets
+    pin: TimerPin | None = None  # the case's baseline record's timer, calls per sample and input sets (one case's)
 
 
 def required_bytes(case: AttnCase, backend: Backend, device: DeviceInfo) -> int:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core.kernel_names import is_kernel, launch_mismatch
+from ..core.record import TimerPin
 from .profiler import device_activity
 
 if TYPE_CHECKING:
@@ -93,13 +94,16 @@ class CudaEventTimer:
         self._steps, self._flush, self._i = list(steps), flush, 0
         self._start = torch.cuda.Event(enable_timing=True)
         self._end = torch.cuda.Event(enable_timing=True)
+        self.launch_s: list[float] = []  # the host's time to launch each sample's call (the warm-up's diagnosis)
 
     def sample(self) -> float:
         step = self._steps[self._i % len(self._steps)]
         self._i += 1
         self._flush()
         self._start.record()
+        t0 = time.perf_counter()
         step()
+        self.launch_s.append(time.perf_counter() - t0)
         self._end.record()
         self._end.synchronize()
         return self._start.elapsed_time(self._end) / 1e3
@@ -318,21 +322,27 @@ def build_timer(
     call_estimate_s: float,
     flush: Callable[[], None] | None,
     more_sets: Callable[[int], list[Step]],
+    pin: TimerPin | None = None,
 ) -> BuiltTimer:
     """The timer of ``kind`` (from :func:`choose_timer`) over ``steps`` (one per input set; the first
     is the checked one). ``more_sets(n)`` makes up to ``n`` more rotated sets for graph timing (it may
     make fewer: memory). Kernel-sum reads a call of :data:`GRAPH_THRESHOLD_S` or more over events (a
-    graph would only repeat a long call). Capture failures fall back to events, missing CUPTI to the
-    inner timer; the note says so."""
+    graph would only repeat a long call). ``pin`` (a baseline's record): its calls per sample, and its
+    input sets where memory allows -- kernel-sum with one call per sample is read over events. Capture
+    failures fall back to events, missing CUPTI to the inner timer; the note says so."""
     if kind == "cpu" or flush is None:  # a CPU run, whatever was asked
         return BuiltTimer(CpuTimer(steps), "cpu", "", 1)
     if kind == "cuda-event":
         note = "short call timed with events: includes host launch overhead" if call_estimate_s < 1e-3 else ""
         return BuiltTimer(CudaEventTimer(steps, flush), kind, note, 1)
-    if kind == "kernel-sum" and call_estimate_s >= GRAPH_THRESHOLD_S:
+    over_events = pin.calls_per_sample == 1 if pin is not None and kind == "kernel-sum" \
+        else call_estimate_s >= GRAPH_THRESHOLD_S
+    if kind == "kernel-sum" and over_events:
         return _kernel_sum(CudaEventTimer(steps[:1], flush), flush, "", 1, "")
     steps = steps + more_sets(len(steps))
     calls = graph_calls_per_replay(call_estimate_s, len(steps), kernel_sum=kind == "kernel-sum")
+    if pin is not None and pin.input_sets == len(steps) and pin.calls_per_sample % len(steps) == 0:
+        calls = pin.calls_per_sample
     inner: CudaGraphTimer | CudaEventTimer
     note = ""
     capture = ""

@@ -28,13 +28,14 @@ from ..core.peaks import Peak
 from ..core.record import Record
 from ..engine import clocks, hbm
 from ..engine.compile import compile_phase
-from ..engine.runner import CaseFailed, CaseSkipped, case_kernels, check_case, run_case
+from ..engine.runner import CaseFailed, CaseSkipped, RunSettings, case_kernels, check_case, run_case
 from ..verdicts.fingerprint import fingerprint_of
 from ..verdicts.peers import peers_of
 from ..verdicts.table import render, time_lines
 from . import hookspecs
 from .ab import ab_run, hand_over
 from .benchjson import benchmark_metadata
+from .gate import timer_pins
 from .options import AttnOptions, add_options, given
 from .progress import Progress
 from .session import (
@@ -247,7 +248,7 @@ def attn_bench(request: pytest.FixtureRequest, benchmark: Any, attn_device: Devi
                     benchmark.pedantic(check_case, (case, backend, attn_device, session.settings), rounds=1)
                 return None
             record = ab.measure(session, case, label) if ab is not None else \
-                run_case(case, backend, attn_device, session.settings, label=label, nvml=session.nvml)
+                run_case(case, backend, attn_device, _settings_for(config, label), label=label, nvml=session.nvml)
         except CaseSkipped as exc:
             skip(str(exc))
         except CaseFailed as exc:
@@ -260,6 +261,13 @@ def attn_bench(request: pytest.FixtureRequest, benchmark: Any, attn_device: Devi
         return record
 
     return run
+
+
+def _settings_for(config: pytest.Config, label: str) -> RunSettings:
+    """The session's settings, with the case's timer pinned where its baseline record names one."""
+    settings = attn_session(config).settings
+    pin = timer_pins(config).get(label)
+    return dataclasses.replace(settings, pin=pin) if pin else settings
 
 
 def _hand_over(request: pytest.FixtureRequest, benchmark: Any, session: AttnSession, record: Record,

@@ -23,15 +23,17 @@ from typing import Any
 
 import pytest
 
-from ..core.record import Record
+from ..core.record import Record, TimerPin
 from ..verdicts.baseline import BaselineError, baseline_path, load_baseline, save_baseline
-from ..verdicts.fingerprint import Fingerprint
+from ..verdicts.fingerprint import Fingerprint, fingerprint_of
 from ..verdicts.gating import Outcome, by_device, gate
 from ..verdicts.reports import markdown, write_reports
+from ..verdicts.runs import benches
 from .benchjson import run_json
 from .session import AB_RUN, ATTN_SESSION, CPU_THREADS, GATE_LINES, AttnSession
 
 GIVEN_BASELINE = pytest.StashKey[dict[str, Any]]()
+TIMER_PINS = pytest.StashKey[dict[str, TimerPin]]()
 
 
 def _takes_a_file(folder: Path) -> None:
@@ -84,6 +86,8 @@ def pytest_configure(config: pytest.Config) -> None:
             config.stash[GIVEN_BASELINE] = load_baseline(Path(gate_options.baseline))
         except BaselineError as exc:
             raise pytest.UsageError(f"--attn-baseline: {exc}") from None
+    if gate_options.save or gate_options.add or gate_options.baseline == "auto":  # (else no folder is read)
+        _baselines_dir(gate_options.baselines_dir, gate_options.dir_given, gate_options.save)
     if gate_options.save or gate_options.add:
         writable_dir(gate_options.baselines_dir, "--attn-baselines-dir")
     if gate_options.report is not None:
@@ -91,6 +95,48 @@ def pytest_configure(config: pytest.Config) -> None:
     if session.options.trace_dir is not None:
         writable_dir(session.options.trace_dir, "--attn-trace-dir")
     config.stash[GATE_LINES] = []
+
+
+def _baselines_dir(folder: Path, given: bool, save: bool) -> None:
+    """The baselines folder at start-up: a file there is an error; a folder named with --attn-baselines-dir
+    that does not exist is one too -- a typo would turn the gate off with exit status 0 -- unless this run
+    records the first baseline in it (--attn-save-baseline creates it; nothing else does)."""
+    flag = f"--attn-baselines-dir={folder}"
+    if folder.exists() and not folder.is_dir():
+        raise pytest.UsageError(f"{flag}: that is a file, not a folder of baselines; give the folder that holds"
+                                " <device-key>/baseline.json (default: baselines)")
+    if given and not folder.exists() and not save:
+        near = sorted(p.name for p in folder.parent.iterdir() if p.is_dir()) if folder.parent.is_dir() else []
+        hint = f" (folders there: {', '.join(near[:8])})" if near else ""
+        raise pytest.UsageError(f"{flag}: no such folder{hint}. Check the path; to record the first baseline"
+                                " there, run with --attn-save-baseline, which creates it")
+
+
+def timer_pins(config: pytest.Config) -> dict[str, TimerPin]:
+    """Each case's timer, calls per sample and input sets, by test id, from the baseline this run is gated
+    against or adds a repeat to (none when it records a new one, or has no baseline): a gated case is measured
+    as its baseline was, so the gate compares like with like. Read once, at the first case."""
+    pins = config.stash.get(TIMER_PINS, None)
+    if pins is not None:
+        return pins
+    attn = config.stash[ATTN_SESSION]
+    options, base = attn.gate, None
+    if options.baseline == "off" or options.save:
+        base = None
+    elif options.baseline != "auto":
+        base = config.stash.get(GIVEN_BASELINE, None)
+    else:
+        fp = fingerprint_of(attn.device, attn.clock_lock, config.stash.get(CPU_THREADS, None))
+        path = baseline_path(options.baselines_dir, fp.key)
+        try:
+            base = load_baseline(path) if path.is_file() else None
+        except BaselineError:
+            base = None  # the gate says so at the end, naming the file
+    pins = config.stash[TIMER_PINS] = {b.name: b.pin for b in benches(base).values() if b.pin} if base else {}
+    if pins:
+        attn.notes.append(f"timers pinned by the baseline: each of its {len(pins)} cases measured with the timer and"
+                          " calls per sample its record names (the gate compares like with like)")
+    return pins
 
 
 @pytest.hookimpl(trylast=True)
@@ -122,6 +168,10 @@ def _gate_one(config: pytest.Config, attn: AttnSession, fp: Fingerprint, records
     """Gate one device model's results; returns "pass", "fail", "error" or "none" (no baseline)."""
     options = attn.gate
     base, name, missing = _baseline_for(config, options.baseline, options.baselines_dir, fp)
+    if missing and options.dir_given and not missing.startswith("error:"):
+        missing = (f"error: --attn-baselines-dir={options.baselines_dir} holds no baseline for {fp.device}"
+                   f" ({baseline_path(options.baselines_dir, fp.key)}): nothing was compared. Record one with"
+                   " --attn-save-baseline, or name the folder that holds it")
     if missing:
         lines.append(missing)
         if missing.startswith("error:"):
@@ -130,7 +180,8 @@ def _gate_one(config: pytest.Config, attn: AttnSession, fp: Fingerprint, records
             return "none"
         base, name = {"benchmarks": []}, "none"  # a report still has the figures: every result NEW
     assert base is not None
-    outcome = gate(records, base, name, fp, options.thresholds, options.fail_on, named=options.baseline != "auto")
+    outcome = gate(records, base, name, fp, options.thresholds, options.fail_on,
+                   named=options.baseline != "auto" or options.dir_given)
     lines += outcome.lines
     if not _reports(attn, records, outcome, name, lines):
         return "error"

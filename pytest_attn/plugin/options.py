@@ -26,7 +26,7 @@ from ..core.percent import parse_percent
 from ..engine.armspec import parse_ab
 from ..engine.clocks import LockRequest, parse_lock
 from ..engine.timers import TIMER_KINDS
-from ..verdicts.gate import DEFAULT_THRESHOLD, parse_fail_on, parse_override
+from ..verdicts.gate import DEFAULT_FAIL_ON, DEFAULT_THRESHOLD, parse_fail_on, parse_override
 from ..verdicts.paired import AB_THRESHOLD
 
 T = TypeVar("T")
@@ -257,7 +257,7 @@ def _add_gate_options(g: Any) -> None:
          help="a change must exceed this (and both runs' noise) to be SLOWER/FASTER (default 5%%)")
     _add(g, "--attn-threshold-for", [], type=threshold_for, action="append",
          metavar="KIND:NAME=PCT", help="per back end or group: backend:flex=10%% or group:NAME=3%% (repeatable)")
-    _add(g, "--attn-fail-on", ("SLOWER",), type=fail_on, metavar="LIST",
+    _add(g, "--attn-fail-on", DEFAULT_FAIL_ON, type=fail_on, metavar="LIST",
          help="verdicts that fail the run: slower (default), ambiguous, clock, faster, missing; e.g. slower,missing")
     _add(g, "--attn-save-baseline", False, action="store_true",
          help="store this run as the baseline for this device (baselines/<device-key>/baseline.json; on a CPU,"

@@ -34,11 +34,12 @@ from ..engine.slowed import SlowedBackend
 from ..engine.stopping import StopRule, WarmupRule
 from ..engine.threads import auto_threads, set_torch_threads, usable_cpus
 from ..verdicts.fingerprint import gpu_key
-from ..verdicts.gate import Thresholds
+from ..verdicts.gate import DEFAULT_FAIL_ON, Thresholds
 from .options import AttnOptions
 from .progress import Progress, WallTimes
 
 DEFAULT_STORAGE = "file://./.benchmarks"
+BASELINES_DIR = "baselines"  # --attn-baselines-dir's default, under the rootdir
 
 
 @dataclass(frozen=True)
@@ -49,15 +50,17 @@ class GateOptions:
     save: bool
     force: bool
     report: Path | None
-    fail_on: tuple[str, ...] = ("SLOWER",)
+    fail_on: tuple[str, ...] = DEFAULT_FAIL_ON
     add: bool = False  # --attn-add-to-baseline
+    dir_given: bool = False  # --attn-baselines-dir was given: a gate was asked for (its folder must exist)
 
     @classmethod
     def of(cls, config: pytest.Config) -> GateOptions:
         get = config.getoption
+        folder = get("attn_baselines_dir")
         return cls(Thresholds.build(get("attn_threshold"), get("attn_threshold_for")), get("attn_baseline"),
-                   config.rootpath / get("attn_baselines_dir"), get("attn_save_baseline"), get("attn_force"),
-                   get("attn_report"), get("attn_fail_on"), get("attn_add_to_baseline"))
+                   config.rootpath / folder, get("attn_save_baseline"), get("attn_force"),
+                   get("attn_report"), get("attn_fail_on"), get("attn_add_to_baseline"), folder != BASELINES_DIR)
 
 
 class AttnSession:

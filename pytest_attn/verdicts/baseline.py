@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.files import write_atomic
-from ..core.record import Record, is_record
+from ..core.record import Record, TimerPin, is_record
 from ..core.stats import OUTLIER_FACTOR, median, times_off
 from .fingerprint import Fingerprint, differences
 
@@ -214,6 +214,13 @@ def add_repeat(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any]
         record = Record.from_json(info)
         stored_repeats, stored_clocks = _stored_repeats(before)
         reference = median(stored_repeats)
+        pin = _stored_pin(before)
+        if pin is not None and (pin.timer, pin.calls_per_sample) != (record.timing.timer,
+                                                                    record.timing.calls_per_sample):
+            refused.append(f"{name}: timed by {record.timing.pin.describe()} here, by {pin.describe()} in the stored"
+                           " repeats (a repeat must be the same quantity)")
+            merged.append(before)
+            continue
         if times_off(record.median_s, reference) > OUTLIER_FACTOR:
             refused.append(f"{name}: {record.median_s * 1e3:.4g} ms, {_how_far(record.median_s, reference)} the stored"
                            f" repeats' median {reference * 1e3:.4g} ms")
@@ -229,6 +236,11 @@ def add_repeat(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any]
     return {**new, "benchmarks": merged}, added, refused
 
 
+def _stored_pin(bench: dict[str, Any]) -> TimerPin | None:
+    info = bench.get("extra_info")
+    return Record.from_json(info).timing.pin if is_record(info) else None
+
+
 def _how_far(value: float, reference: float) -> str:
     return f"{value / reference:.3g}x" if value > reference else f"1/{reference / value:.3g} of"
 
@@ -240,8 +252,9 @@ def _refused_note(refused: list[str], shown: int = 10) -> str:
     more = [f"  ... and {len(refused) - shown} more"] if len(refused) > shown else []
     return "\n".join([
         f"; refused for {len(refused)} case(s): their median here is more than {OUTLIER_FACTOR:g}x off the stored"
-        " repeats' (a busy machine, another build, a throttled GPU?). They keep their stored repeats. Rerun"
-        " --attn-add-to-baseline; if this run is right and the stored one odd, record anew with --attn-save-baseline:",
+        " repeats' (a busy machine, another build, a throttled GPU?), or was taken by another timer. They keep their"
+        " stored repeats. Rerun --attn-add-to-baseline; if this run is right and the stored one odd, record anew"
+        " with --attn-save-baseline:",
         *(f"  {line}" for line in refused[:shown]), *more])
 
 

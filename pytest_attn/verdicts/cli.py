@@ -17,7 +17,7 @@ from typing import Any
 
 from ..core.files import write_atomic
 from .baseline import BaselineError, baseline_path, load_baseline
-from .gate import DEFAULT_THRESHOLD, Thresholds, parse_fail_on, parse_fraction, parse_override
+from .gate import DEFAULT_FAIL_ON, DEFAULT_THRESHOLD, Thresholds, parse_fail_on, parse_fraction, parse_override
 from .gating import by_device, gate
 from .merge import MergeError, merge_runs, shard_problems
 from .reports import write_reports
@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     merge.add_argument("--baselines-dir", type=Path, default=Path("baselines"), metavar="DIR")
     merge.add_argument("--threshold", type=lambda t: parse_fraction(t), default=DEFAULT_THRESHOLD, metavar="PCT")
     merge.add_argument("--threshold-for", type=parse_override, action="append", default=[], metavar="KIND:NAME=PCT")
-    merge.add_argument("--fail-on", type=parse_fail_on, default=("SLOWER",), metavar="LIST")
+    merge.add_argument("--fail-on", type=parse_fail_on, default=DEFAULT_FAIL_ON, metavar="LIST")
     merge.add_argument("--speedup-vs", default="sdpa-math", metavar="BACKEND")
     merge.add_argument("--allow-partial", action="store_true",
                        help="merge shards that are not the whole run (one missing, or of another run); the merged"

@@ -1,7 +1,15 @@
 """The regression gate: the benchmarks of two runs in (:mod:`.runs`), a verdict per benchmark out. Pure.
 
-Verdicts: SLOWER, FASTER, SAME, AMBIGUOUS, CLOCK (slower in time, not in clock cycles), NEW (not in the
-baseline) and MISSING (in the baseline, not in this run).
+Verdicts: SLOWER, FASTER, SAME, AMBIGUOUS, CLOCK (slower in time, not in clock cycles), TIMER (the two
+medians were taken by different timers or calls per sample: not compared), NEW (not in the baseline) and
+MISSING (in the baseline, not in this run).
+
+**Like with like.** A median is a figure of its timer: one pair of CUDA events around a 200 us cuDNN fwd+bwd
+step reads the host's autograd launches (506 us on an H100), the sum of its kernels reads 199 us. A gated run
+measures each case with the timer and calls per sample its baseline record names (the plugin pins them), so
+TIMER is left for a run that asked for another timer (``--attn-timer``) or fell back (a graph that cannot be
+captured, no CUPTI): it says what differs and what to do, and fails the run by default
+(``--attn-fail-on=slower,timer``): a gate that could not compare a case must not pass it.
 
 **The rule.** A case's median in one run has two kinds of noise (both relative, as standard deviations):
 
@@ -53,9 +61,11 @@ from ..core.percent import parse_percent
 from ..core.stats import Z95, median, relative_spread, without_outliers
 from .runs import Bench
 
-VERDICTS = ("SLOWER", "CLOCK", "AMBIGUOUS", "FASTER", "SAME", "NEW", "MISSING")
-#: Verdicts ``--attn-fail-on`` may name (SLOWER is the default).
-FAILABLE = ("SLOWER", "CLOCK", "AMBIGUOUS", "FASTER", "MISSING")
+VERDICTS = ("SLOWER", "TIMER", "CLOCK", "AMBIGUOUS", "FASTER", "SAME", "NEW", "MISSING")
+#: Verdicts ``--attn-fail-on`` may name.
+FAILABLE = ("SLOWER", "TIMER", "CLOCK", "AMBIGUOUS", "FASTER", "MISSING")
+#: What fails a run unless ``--attn-fail-on`` says otherwise: a slowdown, and a case that could not be compared.
+DEFAULT_FAIL_ON = ("SLOWER", "TIMER")
 DEFAULT_THRESHOLD = 0.05
 Z = 3.0
 ASSUMED_RUN_NOISE = 0.01  # between-run noise of one GPU run's median when the baseline measured none
@@ -234,9 +244,28 @@ def _consult_cycles(in_time: str, change: float, cycles_change: float, b: Bench,
     return in_time, ""
 
 
+def unlike(b: Bench, c: Bench) -> str:
+    """Why the two medians cannot be compared (another timer or calls per sample), or "" when they can (or a
+    run without records cannot say)."""
+    pb, pc = b.pin, c.pin
+    if pb is None or pc is None or (pb.timer, pb.calls_per_sample) == (pc.timer, pc.calls_per_sample):
+        return ""
+    how = c.record.timing.timer_choice if c.record is not None else ""
+    fell = c.record.timing.timer_note if c.record is not None else ""
+    why = "; ".join(filter(None, [how, fell]))
+    return (f"the baseline timed it by {pb.describe()} ({pb.input_sets} input set(s)), this run by {pc.describe()}"
+            f" ({pc.input_sets}){f': {why}' if why else ''}. Medians of two timers are two quantities (events"
+            " around a short call read the host's launches): not compared. Run it as the baseline did (without"
+            " --attn-timer: each case is then timed as its baseline record says), or record the baseline again"
+            " with this timer (--attn-save-baseline)")
+
+
 def _compare_one(name: str, b: Bench, c: Bench, thresholds: Thresholds, noise: Noise) -> Comparison:
     change = c.median_s / b.median_s - 1
     threshold = thresholds.for_bench(c)
+    differs = unlike(b, c)
+    if differs:
+        return Comparison(name, "TIMER", b, c, change, threshold, notes=(differs,))
     between = noise.between(b, c)
     sigma = math.hypot(side_sigma(b, between), side_sigma(c, between))
     in_time = verdict(change, sigma, threshold)
@@ -267,7 +296,7 @@ def compare(base: Mapping[str, Bench], cur: Mapping[str, Bench], thresholds: Thr
     return sorted(out, key=lambda x: (VERDICTS.index(x.verdict), x.name))
 
 
-def regressions(comparisons: Iterable[Comparison], fail_on: Iterable[str] = ("SLOWER",)) -> list[Comparison]:
+def regressions(comparisons: Iterable[Comparison], fail_on: Iterable[str] = DEFAULT_FAIL_ON) -> list[Comparison]:
     """The comparisons whose verdict fails the run."""
     failing = set(fail_on)
     return [c for c in comparisons if c.verdict in failing]

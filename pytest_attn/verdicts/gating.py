@@ -12,7 +12,7 @@ from typing import Any
 from ..core.record import Record
 from .baseline import stored_device, stored_fingerprint
 from .fingerprint import Fingerprint, differences, fingerprint_of
-from .gate import Comparison, Noise, Thresholds, compare, matched, regressions
+from .gate import DEFAULT_FAIL_ON, Comparison, Noise, Thresholds, compare, matched, regressions
 from .reports import counts, terminal_lines
 from .runs import benches, by_name, partial_note
 
@@ -56,7 +56,7 @@ def refusal(base: dict[str, Any], name: str, fp: Fingerprint) -> tuple[str | Non
 
 
 def gate(records: Sequence[Record], base: dict[str, Any], name: str, fp: Fingerprint, thresholds: Thresholds,
-         fail_on: Sequence[str] = ("SLOWER",), named: bool = True) -> Outcome:
+         fail_on: Sequence[str] = DEFAULT_FAIL_ON, named: bool = True) -> Outcome:
     """Verdicts for ``records`` (one device model) against the run ``base``. ``named``: the user named
     the baseline (a run that matches none of it then fails); else it is the one stored for the device,
     and a run of another selection (one suite, ``-k serving``) is not gated, with a note saying so."""

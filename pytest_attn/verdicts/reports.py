@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..core.files import write_atomic
 from ..core.record import Record
-from .gate import Comparison
+from .gate import DEFAULT_FAIL_ON, Comparison
 from .plots import write_plots
 from .table import fmt_time
 
@@ -40,6 +40,18 @@ def counts(comparisons: Sequence[Comparison]) -> str:
     return ", ".join(f"{n} {v}" for v, n in found.items()) or "nothing to compare"
 
 
+def headline(comparisons: Sequence[Comparison], fail_on: Sequence[str] = DEFAULT_FAIL_ON) -> str:
+    """The gate's outcome in a few words: a regression, another failing verdict, or none -- and never "no
+    regression" where a case could not be compared."""
+    failing = [c for c in comparisons if c.verdict in fail_on]
+    if any(c.verdict == "SLOWER" for c in failing):
+        return "regression"
+    if failing:
+        return f"failed on {counts(failing)}"
+    uncompared = [c for c in comparisons if c.verdict == "TIMER"]
+    return f"no regression in the cases compared; {counts(uncompared)} not compared" if uncompared else "no regression"
+
+
 def terminal_lines(comparisons: Sequence[Comparison], baseline: str, notes: Sequence[str] = ()) -> list[str]:
     rows = [HEADER, *(_row(c) for c in comparisons)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(HEADER))]
@@ -66,10 +78,9 @@ def explain(c: Comparison) -> str:
 
 
 def markdown(comparisons: Sequence[Comparison], baseline: str, notes: Sequence[str] = (),
-             fail_on: Sequence[str] = ("SLOWER",)) -> str:
+             fail_on: Sequence[str] = DEFAULT_FAIL_ON) -> str:
     out = io.StringIO()
-    failing = sum(c.verdict in fail_on for c in comparisons)
-    out.write(f"### pytest-attn: {'regression' if failing else 'no regression'} ({counts(comparisons)})\n\n")
+    out.write(f"### pytest-attn: {headline(comparisons, fail_on)} ({counts(comparisons)})\n\n")
     out.write(f"Baseline: `{baseline}`\n\n")
     out.write("| " + " | ".join(HEADER) + " |\n|" + "---|" * len(HEADER) + "\n")
     for c in comparisons:
@@ -104,7 +115,7 @@ def csv_text(comparisons: Sequence[Comparison]) -> str:
 
 
 def write_reports(folder: Path, comparisons: Sequence[Comparison], baseline: str, records: Sequence[Record],
-                  notes: Sequence[str] = (), fail_on: Sequence[str] = ("SLOWER",)) -> list[str]:
+                  notes: Sequence[str] = (), fail_on: Sequence[str] = DEFAULT_FAIL_ON) -> list[str]:
     """Write summary.md, results.csv and the plots of ``records`` into ``folder``; returns a line per
     file ("wrote PATH") or plot not drawn (why)."""
     folder.mkdir(parents=True, exist_ok=True)

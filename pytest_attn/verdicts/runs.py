@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.record import Record, is_record
+from ..core.record import Record, TimerPin, is_record
 from ..core.stats import median
 
 
@@ -33,6 +33,11 @@ class Bench:
     sm_clock_mhz: float | None = None  # the median SM clock while sampling (a baseline: of its repeats)
     stop_reason: str = ""  # "precision", "time-cap", "sample-cap"; an A/B's "noise-cap" ("" when not recorded)
     repeats_clock_mhz: tuple[float, ...] = ()  # the SM clock of each of ``repeats_s``, when all are known
+
+    @property
+    def pin(self) -> TimerPin | None:
+        """The timer, calls per sample and input sets of the median (None for a run without records)."""
+        return self.record.timing.pin if self.record is not None else None
 
     @property
     def converged(self) -> bool:
