@@ -128,7 +128,7 @@ def _run(b_factor, b_offset, measured=True):
     clock, log = [0.0], []
     a = ClockedArm("A", 1.0, clock, log, 0.0)
     b = ClockedArm("B", b_factor, clock, log, b_offset, measured)
-    run = run_pair(({}, {}), "t", a, b, PairRule(max_time_s=4.0), clock=lambda: clock[0])
+    run = run_pair(({}, {}), "t", [a], [b], PairRule(max_time_s=4.0), clock=lambda: clock[0])
     case = dense("sdpa-math")
     record = SimpleNamespace(median_s=1e-4, clocks=SimpleNamespace(throttle=None))
     return run, result_of("suite::t", case, run, record, record, 0.02)

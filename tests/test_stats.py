@@ -6,7 +6,14 @@ import math
 
 import pytest
 
-from pytest_attn.core.stats import median, median_ci, relative_precision
+from pytest_attn.core.stats import (
+    median,
+    median_ci,
+    paired_log_ratio,
+    relative_precision,
+    stratified_log_ratio,
+    stratum_means,
+)
 
 
 def test_median():
@@ -51,3 +58,19 @@ def test_an_outlier_repeat_is_dropped_only_where_three_or_more_can_say_which():
     assert without_outliers([1.0, 1.3, 1.9]) == ([1.0, 1.3, 1.9], [])  # 1.9 / 1.3 = 1.46: noise, kept
     assert without_outliers([1.0, 100.0]) == ([1.0, 100.0], [])  # two cannot say which one is odd
     assert times_off(2.0, 1.0) == times_off(0.5, 1.0) == 2.0
+
+
+def test_stratified_log_ratio_keeps_a_difference_between_strata_out_of_the_noise():
+    """Two replicas whose places move B/A by +2 % and -2 %: the mean is ~0 either way, but only the spread
+    within each replica is noise (by hand: logs 0.00995, 0.02956 | -0.01005, -0.03046)."""
+    a, b, strata = [1.0] * 4, [1.01, 1.03, 0.99, 0.97], [0, 0, 1, 1]
+    logs = [math.log(x) for x in b]
+    mean, se = stratified_log_ratio(a, b, strata)
+    assert mean == pytest.approx(((logs[0] + logs[1]) / 2 + (logs[2] + logs[3]) / 2) / 2)
+    within = ((logs[1] - logs[0]) ** 2 / 2 / 2 + (logs[3] - logs[2]) ** 2 / 2 / 2) ** 0.5 / 2
+    assert se == pytest.approx(within) and se == pytest.approx(0.00707, abs=2e-5)
+    assert paired_log_ratio(a, b)[1] == pytest.approx(0.0129, abs=1e-4)  # unstratified: the places count as noise
+    assert stratified_log_ratio(a, b, [0] * 4) == paired_log_ratio(a, b)  # one stratum: the plain pairs
+    assert stratified_log_ratio(a, b, [0, 0, 0, 1])[1] == math.inf  # a stratum of one pair
+    means = stratum_means(a, b, strata)
+    assert means[0] == pytest.approx(math.expm1((logs[0] + logs[1]) / 2)) and means[1] < 0

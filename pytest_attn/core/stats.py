@@ -107,6 +107,36 @@ def paired_log_ratio(a: Sequence[float], b: Sequence[float]) -> tuple[float, flo
     return mean, math.sqrt(sum((v - mean) ** 2 for v in logs) / (n - 1)) / math.sqrt(n)
 
 
+def stratified_log_ratio(a: Sequence[float], b: Sequence[float], strata: Sequence[int]) -> tuple[float, float]:
+    """(mean, standard error) of ``log(b_i / a_i)`` where pair ``i`` belongs to stratum ``strata[i]`` (a
+    paired A/B's replicas: the processes of each arm that took pair ``i``): the mean of the strata's means,
+    its error from the spread *within* each stratum. A difference between strata that is the same for A/A and
+    A/B (which replica of an arm started and allocated first) cancels in the mean and does not count as noise.
+    One stratum (or none given) is :func:`paired_log_ratio`; the error is inf where a stratum has one pair."""
+    if not strata or len(set(strata)) == 1:
+        return paired_log_ratio(a, b)
+    if not len(a) == len(b) == len(strata):
+        raise ValueError(f"{len(a)} values of A, {len(b)} of B and {len(strata)} strata; give one of each per pair")
+    groups: dict[int, list[float]] = {}
+    for x, y, s in zip(a, b, strata, strict=True):
+        groups.setdefault(s, []).append(math.log(y / x))
+    means = [sum(g) / len(g) for g in groups.values()]
+    mean = sum(means) / len(means)
+    if any(len(g) < 2 for g in groups.values()):
+        return mean, math.inf
+    var_of_mean = sum(sum((v - m) ** 2 for v in g) / (len(g) - 1) / len(g) for g, m in zip(groups.values(), means,
+                                                                                            strict=True))
+    return mean, math.sqrt(var_of_mean) / len(means)
+
+
+def stratum_means(a: Sequence[float], b: Sequence[float], strata: Sequence[int]) -> dict[int, float]:
+    """Each stratum's mean ``log(b_i / a_i)``, as a relative change (``exp - 1``)."""
+    groups: dict[int, list[float]] = {}
+    for x, y, s in zip(a, b, strata, strict=True):
+        groups.setdefault(s, []).append(math.log(y / x))
+    return {s: math.expm1(sum(g) / len(g)) for s, g in sorted(groups.items())}
+
+
 @functools.lru_cache(maxsize=256)
 def t_quantile(p: float, dof: int) -> float:
     """The ``p`` quantile (0.5 < p < 1) of Student's t with ``dof`` degrees of freedom: by bisection on

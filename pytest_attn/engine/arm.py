@@ -8,12 +8,15 @@ with one line:
   arm's interpreter, pytest-attn, torch and kernel-library versions (and the folder each was found in)
   and its device;
 * ``prepare``: a case (its JSON form, :mod:`pytest_attn.core.codec`): can it run here, inputs, the check
-  against the reference, warm-up, the timer (the kind and the input sets the controller names, so both
-  arms time alike); answers ``ok`` with the timer, or ``skip``/``fail`` with the reason;
+  against the reference (unless ``check`` is false: a second replica of an arm), warm-up, the timer (``pin``:
+  the timer, calls per sample and input sets the first replica of A chose, so every replica times alike);
+  answers ``ok`` with the timer, or ``skip``/``fail`` with the reason;
 * ``block``: one sample thrown away (the first after the other arm ran; unless ``warm`` is false), then N
   samples with the SM clock and throttle reasons of each, and the block's mean SM clock read on the GPU
   (:mod:`.clockprobe`; null where the probe cannot run);
-* ``finish``: the arm's result record from all its blocks' samples, and the case's memory released;
+* ``hand_over``: a second replica's samples (and their clocks and throttle reasons), the case released;
+* ``finish``: the arm's result record from all its blocks' samples and those handed over (``more``), and the
+  case's memory released;
 * ``release``: the case dropped unmeasured.
 
 It ignores SIGINT, SIGTERM and SIGHUP (Ctrl-C, GNU ``timeout`` and a closed terminal signal the whole
@@ -42,6 +45,7 @@ from ..backends.base import Registry, Unsupported
 from ..backends.registration import register_entry_points, register_from_file
 from ..core.codec import case_from_dict
 from ..core.device import DeviceInfo
+from ..core.record import TimerPin
 from .clockprobe import SmClockProbe, open_probe
 from .measure import Prepared, prepare, record_of
 from .nvml import Nvml
@@ -52,7 +56,7 @@ from .settings import CaseFailed, CaseSkipped, RunSettings, required_bytes
 from .slowed import SlowedBackend
 from .stopping import WarmupRule
 
-PROTOCOL = 1
+PROTOCOL = 2
 #: An arm times every CUDA call by its kernels' time (kernel-sum; a plain run does so under 5 ms): the host's
 #: share of a call can differ between two processes, which pairing cannot see. On an H200 (2026-11-24) events
 #: read a 6.4 ms FA2 fwd+bwd step 2.6-3 % longer than its kernels (the host's Python between launches), with 4x
@@ -70,6 +74,9 @@ MIN_INPUT_SETS = 4
 LIBRARIES = ("torch", "flash_attn", "flash_attn_4", "flashinfer_python", "triton")
 #: After a case this large the arm collects its garbage, so the other arm's process can have the memory.
 COLLECT_ABOVE_BYTES = 256 * 2**20
+#: A second replica's warm-up: its arm's first replica settled the case already (compiled kernels are on disk),
+#: so two calls that agree will do (HunyuanVideo's fwd+bwd step takes 1.5 s a call).
+SECOND_REPLICA_WARMUP = WarmupRule(min_calls=2)
 
 
 def settings_to_json(settings: RunSettings) -> dict[str, Any]:
@@ -138,8 +145,10 @@ class Arm:
         self.release({})
         case = case_from_dict(request["case"])
         backend = self.registry.get(case.backend)
-        settings = dataclasses.replace(self.settings, timer=request.get("timer") or self.settings.timer,
-                                       min_input_sets=request.get("input_sets") or self.settings.min_input_sets)
+        pin = TimerPin(**request["pin"]) if request.get("pin") else None
+        settings = dataclasses.replace(self.settings, pin=pin)
+        if not request.get("check", True):  # a second replica: the first of its arm passed the check
+            settings = dataclasses.replace(settings, verify=False, warmup=SECOND_REPLICA_WARMUP)
         try:
             free = make_room(case, backend, self.device, settings)
             self.ready = prepare(case, backend, self.device, settings, free, request.get("label") or case.id)
@@ -177,9 +186,21 @@ class Arm:
         return {"times": kept.samples_s[first:], "clocks": kept.sample_clocks[first:], "wall_s": wall,
                 "mean_mhz": mean}
 
+    def hand_over(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A second replica's samples, for its arm's record (:meth:`finish` of the first); the case released."""
+        kept = self.sampling
+        self.release({})
+        return {"sampling": {"samples_s": kept.samples_s, "clocks": kept.sample_clocks,
+                             "reasons": kept.sample_reasons, "elapsed_s": kept.elapsed_s}}
+
     def finish(self, request: dict[str, Any]) -> dict[str, Any]:
         assert self.ready is not None, "prepare first"
         self.sampling.stop_reason = request.get("stop", "pairs")
+        for other in request.get("more", []):  # the arm's other replica's samples
+            self.sampling.samples_s += other["samples_s"]
+            self.sampling.sample_clocks += other["clocks"]
+            self.sampling.sample_reasons += other["reasons"]
+            self.sampling.elapsed_s += other["elapsed_s"]
         record = record_of(self.ready, self.sampling, diagnose=request.get("diagnose", True))
         self.release({})
         return {"record": record.to_json()}
@@ -199,7 +220,8 @@ class Arm:
 def serve(lines: Iterable[str], out: IO[str], arm: Arm) -> None:
     """Answer each request line with one line, until ``bye`` or the end of the input."""
     handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
-        "hello": arm.hello, "prepare": arm.prepare, "block": arm.block, "finish": arm.finish, "release": arm.release}
+        "hello": arm.hello, "prepare": arm.prepare, "block": arm.block, "hand_over": arm.hand_over,
+        "finish": arm.finish, "release": arm.release}
     for line in lines:
         request = json.loads(line)
         op = request.get("op")

@@ -10,6 +10,16 @@ other's). The block statistic is the median of its samples. Where every block of
 clock read on the GPU (:mod:`.clockprobe`), the pairs are judged in cycles (block time x that clock), the
 stopping rule included: at a power cap the clock moves block by block and with where an arm's data sit.
 
+**Replicas.** Each arm is two worker processes, started and given each case in the order A1 B1 B2 A2;
+pairs alternate between the replicas two at a time (A1 B1, B1 A1, A2 B2, B2 A2, ...), so every replica takes
+as many pairs with its arm first as second. Where a process sits decides some cases by about 1 %, with a
+sign set by which arm's process started and allocated first (on an H200 a 15 us decode step: 18 of 18 fresh
+A/As negative, -0.3 to -1.2 %; on an H100, inside the full run, a b8 decode step +1.3 and +1.4 % in two A/As:
+SLOWER at 2 %). A1/B1 has A first, A2/B2 has B first, so the verdict -- the mean of the replicas' mean
+ratios, its noise the spread within each (:func:`~pytest_attn.core.stats.stratified_log_ratio`) -- keeps the
+arms' difference and loses the places'. The second replica of an arm times the case as the first did (A1's
+timer, calls per sample and input sets) and skips the reference check the first replica of its arm passed.
+
 Arms are anything with ``ask(request) -> answer`` (:class:`~pytest_attn.engine.arms.ArmProcess`; tests
 use fakes on a fake clock).
 """
@@ -18,11 +28,11 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..core.stats import median, paired_log_ratio, t_widening
+from ..core.stats import median, stratified_log_ratio, t_widening
 from .settings import CaseFailed, CaseSkipped
 
 
@@ -62,18 +72,19 @@ class PairRule:
     max_block_samples: int = 2000
     warm_below_s: float = 0.02  # a block of samples shorter than this starts with one thrown away
 
-    def stop(self, a: list[float], b: list[float], elapsed_s: float) -> str | None:
-        n = len(a)
-        if n % 2 or n < min(self.min_pairs, self.min_capped_pairs):
+    def stop(self, a: list[float], b: list[float], elapsed_s: float, replicas: list[int] | None = None) -> str | None:
+        """Why to stop now, or None; only at a whole round (each replica's pairs in both orders)."""
+        n, strata = len(a), len(set(replicas)) if replicas else 1
+        if n % (2 * strata) or n < min(self.min_pairs, self.min_capped_pairs):
             return None
         if n >= self.max_pairs:
             return "pair-cap"
-        _, se = paired_log_ratio(a, b)
+        _, se = stratified_log_ratio(a, b, replicas or [])
         if n >= self.min_pairs and self.z * se <= self.threshold / 2:
             return "precision"
         if n < self.min_capped_pairs or elapsed_s < self.max_time_s:
             return None
-        if self.z * se * t_widening(self.z, n) <= self.decidable * self.threshold:
+        if self.z * se * t_widening(self.z, n - strata + 1) <= self.decidable * self.threshold:
             return "time-cap"
         return "noise-cap" if elapsed_s >= self.noisy_time_s else None
 
@@ -98,6 +109,7 @@ class PairRun:
     a_mean_mhz: list[float | None] = field(default_factory=list)
     b_mean_mhz: list[float | None] = field(default_factory=list)
     block_samples: list[int] = field(default_factory=list)
+    replicas: list[int] = field(default_factory=list)  # which replica of each arm took each pair
     stop: str = ""
     elapsed_s: float = 0.0
     prepared: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
@@ -126,19 +138,33 @@ class PairRun:
                 [t * float(m or 0) for t, m in zip(self.b_s, self.b_mean_mhz, strict=True)])
 
 
-def prepare_both(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Asks,
-                 b: Asks) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Both arms set the case up and check it; B times it with the timer and the input sets A chose.
-    CaseSkipped or CaseFailed (naming the arm) where either cannot; then neither holds the case."""
-    first = _prepared(a, {"op": "prepare", "case": cases[0], "label": label, "timer": None}, [])
-    second = _prepared(b, {"op": "prepare", "case": cases[1], "label": label, "timer": first["timer"],
-                           "input_sets": first.get("input_sets")}, [a])
-    return first, second
+Replicas = Sequence[Asks]  # one arm's worker processes (one or two)
+
+
+def prepare_all(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replicas,
+                b: Replicas) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Every replica sets the case up, in the order A1 B1 B2 A2 (each replica after the first of its arm
+    skips the check its first passed); all time it with the timer, calls per sample and input sets A1 chose.
+    Returns A1's and B1's answers. CaseSkipped or CaseFailed (naming the arm) where one cannot; then none
+    holds the case."""
+    holding: list[Asks] = []
+    first = _prepared(a[0], {"op": "prepare", "case": cases[0], "label": label, "pin": None}, holding)
+    pin = {"timer": first["timer"], "calls_per_sample": first["calls_per_sample"],
+           "input_sets": first.get("input_sets", 1)}
+    answers = {id(a[0]): first}
+    for k in range(len(a)):
+        for arm, case in ((b[k], cases[1]), (a[k], cases[0])) if k % 2 else ((a[k], cases[0]), (b[k], cases[1])):
+            if arm is a[0]:
+                continue
+            request = {"op": "prepare", "case": case, "label": label, "pin": pin, "check": arm is b[0]}
+            answers[id(arm)] = _prepared(arm, request, holding)
+    return first, answers[id(b[0])]
 
 
 def _prepared(arm: Asks, request: dict[str, Any], holding: list[Asks]) -> dict[str, Any]:
     answer = arm.ask(request)
     if "ok" in answer:
+        holding.append(arm)
         return answer
     for other in holding:
         other.ask({"op": "release"})
@@ -147,38 +173,50 @@ def _prepared(arm: Asks, request: dict[str, Any], holding: list[Asks]) -> dict[s
     raise CaseFailed(f"arm {arm.label}: {answer.get('fail', answer)}")
 
 
-def run_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Asks, b: Asks, rule: PairRule,
+def run_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replicas, b: Replicas, rule: PairRule,
              clock: Callable[[], float] = time.perf_counter) -> PairRun:
-    """Prepare both arms, take pairs of blocks in ABBA order until ``rule`` stops, and each arm's record."""
-    run = PairRun(prepared=prepare_both(cases, label, a, b))
+    """Prepare every replica, take pairs of blocks in ABBA order, replica after replica, until ``rule``
+    stops, and each arm's record (its first replica's, with the other's samples)."""
+    if len(a) != len(b) or not a:
+        raise ValueError(f"{len(a)} replicas of A against {len(b)} of B; give each arm as many")
+    run = PairRun(prepared=prepare_all(cases, label, a, b))
     per_sample = max(p["estimate_s"] * p["calls_per_sample"] for p in run.prepared)
     samples, t0 = rule.samples(per_sample), clock()
     while True:
-        order = (a, b) if len(run.a_s) % 2 == 0 else (b, a)
+        n = len(run.a_s)
+        k = (n // 2) % len(a)
+        order = (a[k], b[k]) if n % 2 == 0 else (b[k], a[k])
         warm = per_sample < rule.warm_below_s
-        blocks = {arm.label: arm.ask({"op": "block", "samples": samples, "warm": warm}) for arm in order}
-        for arm, times, mhz, mean in ((a, run.a_s, run.a_mhz, run.a_mean_mhz),
-                                      (b, run.b_s, run.b_mhz, run.b_mean_mhz)):
-            times.append(median(blocks[arm.label]["times"]))
-            clocks = [c for c in blocks[arm.label]["clocks"] if c]
+        blocks = {id(arm): arm.ask({"op": "block", "samples": samples, "warm": warm}) for arm in order}
+        for arm, times, mhz, mean in ((a[k], run.a_s, run.a_mhz, run.a_mean_mhz),
+                                      (b[k], run.b_s, run.b_mhz, run.b_mean_mhz)):
+            block = blocks[id(arm)]
+            times.append(median(block["times"]))
+            clocks = [c for c in block["clocks"] if c]
             mhz.append(median(clocks) if clocks else None)
-            mean.append(blocks[arm.label].get("mean_mhz"))
+            mean.append(block.get("mean_mhz"))
         run.block_samples.append(samples)
+        run.replicas.append(k)
         run.elapsed_s = clock() - t0
-        stop = rule.stop(*run.judged(), run.elapsed_s)
+        stop = rule.stop(*run.judged(), run.elapsed_s, run.replicas if len(a) > 1 else None)
         if stop:
             run.stop = stop
             break
-        per_sample = max(blocks[x.label]["wall_s"] / samples for x in order)
+        per_sample = max(blocks[id(x)]["wall_s"] / samples for x in order)
         samples = rule.samples(per_sample)
-    # kernel names and peak memory are B's figures; A's would cost two more profiled calls a case
-    run.records = (a.ask({"op": "finish", "stop": run.stop, "diagnose": False})["record"],
-                   b.ask({"op": "finish", "stop": run.stop})["record"])
+    run.records = (_finish(a, run.stop, diagnose=False), _finish(b, run.stop, diagnose=True))
     return run
 
 
-def check_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Asks, b: Asks) -> None:
-    """``--benchmark-disable``: both arms set the case up and check it; nothing is timed."""
-    prepare_both(cases, label, a, b)
-    a.ask({"op": "release"})
-    b.ask({"op": "release"})
+def _finish(replicas: Replicas, stop: str, diagnose: bool) -> dict[str, Any]:
+    """The arm's record: its first replica's, over the samples of every replica (the others hand theirs over
+    and release the case). Kernel names and peak memory are B's figures; A's would cost two more profiled calls."""
+    more = [arm.ask({"op": "hand_over"})["sampling"] for arm in replicas[1:]]
+    return dict(replicas[0].ask({"op": "finish", "stop": stop, "diagnose": diagnose, "more": more})["record"])
+
+
+def check_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replicas, b: Replicas) -> None:
+    """``--benchmark-disable``: the first replica of each arm sets the case up and checks it; nothing is timed."""
+    prepare_all(cases, label, a[:1], b[:1])
+    a[0].ask({"op": "release"})
+    b[0].ask({"op": "release"})

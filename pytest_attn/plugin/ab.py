@@ -1,7 +1,8 @@
 """``--attn-ab=ARM_A,ARM_B``: the paired A/B run wired into pytest.
 
-Each attention case is measured by two worker processes, one per arm (:mod:`pytest_attn.engine.arms`),
-taking turns on this process's GPU (:mod:`pytest_attn.engine.pairing`); the verdict is B against A from
+Each attention case is measured by the arms' worker processes -- two replicas per arm, started in the order
+A1 B1 B2 A2 (:mod:`pytest_attn.engine.arms`) -- taking turns on this process's GPU
+(:mod:`pytest_attn.engine.pairing`); the verdict is B against A from
 the paired blocks (:mod:`pytest_attn.verdicts.paired`). Arm B's record goes to pytest-benchmark (its
 table, JSON, autosave) with the A/B outcome in its ``extra_info`` (``attn_ab``); the session ends with the
 A/B table, ``--attn-report`` files (summary.md, results.csv, ab.json), the job summary under GitHub
@@ -39,6 +40,8 @@ AB_ARMS_PROPERTY = "pytest_attn_ab_arms"  # a worker's arm lines (what each arm 
 #: A/A stopped at twice gave power-capped cases 4-16 pairs and three were FASTER or SLOWER (1.1-4.6 %); going
 #: on, they took up to 46 pairs and none was (2026-11-24, the committed selection, --attn-max-time=1).
 NOISY_TIMES = 3
+#: Worker processes per arm (engine.pairing: where a process sits must cancel out of the verdict).
+REPLICAS = 2
 REFUSED_WITH = {"attn_save_baseline": "--attn-save-baseline", "attn_add_to_baseline": "--attn-add-to-baseline",
                 "attn_inject_slowdown": "--attn-inject-slowdown (slow one arm instead: +slowdown=PCT)"}
 
@@ -55,16 +58,23 @@ class AbRun:
         self.results: list[AbResult] = []
         self.last: AbResult | None = None
         self.worker_lines: list[str] = []  # a controller's: the arm lines its workers saw
-        self._arms: tuple[ArmProcess, ArmProcess] | None = None
+        self._arms: tuple[list[ArmProcess], list[ArmProcess]] | None = None
         self._said = False
 
-    def arms(self, session: AttnSession) -> tuple[ArmProcess, ArmProcess]:
+    def arms(self, session: AttnSession) -> tuple[list[ArmProcess], list[ArmProcess]]:
+        """Each arm's replicas (A1, A2), (B1, B2); a replica's process starts at its first request, so in the
+        order the first case asks them: A1 B1 B2 A2."""
         if self._arms is None:
             origins = {o for n in session.backends if (o := session.registry.origin(n))}
             hello = {"settings": settings_to_json(session.settings), "backends_from": sorted(origins)}
-            self._arms = (ArmProcess("A", self.specs[0], {**hello, "slowdown": self.specs[0].slowdown}),
-                          ArmProcess("B", self.specs[1], {**hello, "slowdown": self.specs[1].slowdown}))
+            self._arms = tuple(  # type: ignore[assignment]
+                [ArmProcess(f"{arm}{k + 1}", spec, {**hello, "slowdown": spec.slowdown}) for k in range(REPLICAS)]
+                for arm, spec in zip("AB", self.specs, strict=True))
+        assert self._arms is not None
         return self._arms
+
+    def _all(self) -> list[ArmProcess]:
+        return [p for replicas in self._arms or () for p in replicas]
 
     def rule(self, session: AttnSession) -> PairRule:
         limit = session.settings.stop.max_time_s  # --attn-max-time: per arm, so twice that for both arms
@@ -104,7 +114,7 @@ class AbRun:
             self.say(line)
 
     def _builds(self) -> list[str]:
-        abouts = tuple(arm.about for arm in self._arms) if self._arms is not None else ({}, {})
+        abouts = tuple(replicas[0].about for replicas in self._arms) if self._arms is not None else ({}, {})
         return builds_lines(self.specs, (abouts[0], abouts[1]))
 
     def _cases(self, case: AttnCase) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -126,8 +136,8 @@ class AbRun:
         if self._arms is None and self.worker_lines:
             return list(self.worker_lines)
         out = []
-        for label, spec, arm in zip("AB", self.specs, self._arms or (None, None), strict=True):
-            about = arm.about if arm is not None else {}
+        for label, spec, replicas in zip("AB", self.specs, self._arms or (None, None), strict=True):
+            about = replicas[0].about if replicas is not None else {}
             seen = (f" -- {about.get('python')}, pytest-attn from {about.get('pytest_attn')}, "
                     + ", ".join(f"{k} {v}" for k, v in about.get("versions", {}).items())
                     + (f"; SM clock: {about['clock']}" if about.get("clock") else "") if about else "")
@@ -135,7 +145,7 @@ class AbRun:
         return out + self._builds()
 
     def close(self) -> None:
-        for arm in self._arms or ():
+        for arm in self._all():
             arm.close()
 
 
@@ -149,12 +159,14 @@ def result_of(name: str, case: AttnCase, run: PairRun, a: Record, b: Record, thr
     throttle = tuple(r.clocks.throttle.describe() if r.clocks.throttle is not None and r.clocks.throttle.throttled
                      else "" for r in (a, b))
     a_mhz, b_mhz = run.clocks()
-    verdict = paired(name, run.a_s, run.b_s, threshold, a_mhz, b_mhz, measured=run.clocks_measured)
+    replicas = tuple(run.replicas) if len(set(run.replicas)) > 1 else ()
+    verdict = paired(name, run.a_s, run.b_s, threshold, a_mhz, b_mhz, measured=run.clocks_measured,
+                     replicas=replicas)
     return AbResult(name, case.id, case.group, case.backend, verdict,
                     a.median_s, b.median_s, run.stop, run.timer,
                     run.block_samples[-1] if run.block_samples else 0, run.elapsed_s,
                     (throttle[0], throttle[1]), (run.prepared[0].get("plan", ""), run.prepared[1].get("plan", "")),
-                    (tuple(run.a_s), tuple(run.b_s)), (tuple(a_mhz), tuple(b_mhz)))
+                    (tuple(run.a_s), tuple(run.b_s)), (tuple(a_mhz), tuple(b_mhz)), replicas)
 
 
 def ab_run(config: pytest.Config) -> AbRun | None:
@@ -227,7 +239,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if failing and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if failing:
-        lines.append(f"{len(failing)} case(s) {'/'.join(run.fail_on)} in B: the run fails (--attn-fail-on)")
+        said = "/".join(v for v in run.fail_on if any(r.paired.verdict == v for r in failing))
+        lines.append(f"{len(failing)} case(s) {said} in B: the run fails (--attn-fail-on)")
     config.stash[AB_LINES] = lines
 
 

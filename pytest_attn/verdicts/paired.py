@@ -30,12 +30,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.stats import median, paired_log_ratio, t_quantile, t_widening, without_outliers
+from ..core.stats import median, stratified_log_ratio, stratum_means, t_quantile, t_widening, without_outliers
 from .gate import CLOCK_STEP, Z, verdict
 
 AB_THRESHOLD = 0.02
 #: A clock this much apart between the arms is noted (pairing saw the same seconds: the kernel's own doing).
 CLOCK_NOTE = 0.01
+#: Replicas of the arms whose changes are this far apart are noted (where a process sits moved the case).
+REPLICA_NOTE = 0.01
 
 
 @dataclass(frozen=True)
@@ -65,10 +67,16 @@ class Paired:
 
 
 def paired(name: str, a_s: Sequence[float], b_s: Sequence[float], threshold: float = AB_THRESHOLD,
-           a_mhz: Sequence[float | None] = (), b_mhz: Sequence[float | None] = (), measured: bool = False) -> Paired:
+           a_mhz: Sequence[float | None] = (), b_mhz: Sequence[float | None] = (), measured: bool = False,
+           replicas: Sequence[int] = ()) -> Paired:
     """The verdict on ``b_s`` against ``a_s``: block times (seconds) of arm A and arm B, pair by pair in
     the order they ran. Fewer than two pairs cannot say how noisy the ratio is: AMBIGUOUS unless SAME is
     impossible to miss.
+
+    ``replicas``: which of each arm's processes took each pair (:mod:`pytest_attn.engine.pairing`). The
+    change is the mean of the replicas' mean log ratios and its noise the spread within each replica
+    (:func:`~pytest_attn.core.stats.stratified_log_ratio`): what one replica gains from having started and
+    allocated first, the other loses, and the mean is left with the arms' difference alone.
 
     ``measured``: ``a_mhz`` and ``b_mhz`` are each block's mean SM clock, read on the GPU: the verdict is
     on cycles, with the time's verdict in ``in_time`` and its change in ``time_change``.
@@ -82,24 +90,27 @@ def paired(name: str, a_s: Sequence[float], b_s: Sequence[float], threshold: flo
         raise ValueError(f"{name}: {len(a_s)} blocks of A against {len(b_s)} of B; pair them one to one")
     if any(not (x > 0 and math.isfinite(x)) for x in (*a_s, *b_s)):
         raise ValueError(f"{name}: block times must be finite and positive")
+    if replicas and len(replicas) != len(a_s):
+        raise ValueError(f"{name}: {len(replicas)} replica labels for {len(a_s)} pairs")
     ratios = [b / a for a, b in zip(a_s, b_s, strict=True)]
     kept = [i for i, r in enumerate(ratios) if r in without_outliers(ratios)[0]]  # a block the OS stalled
     a_k, b_k = [a_s[i] for i in kept], [b_s[i] for i in kept]
-    mean, sigma = paired_log_ratio(a_k, b_k)
-    change, widen = math.expm1(mean), few_pairs_factor(len(kept))
+    strata = [replicas[i] for i in kept] if replicas else []
+    mean, sigma = stratified_log_ratio(a_k, b_k, strata)
+    change, widen = math.expm1(mean), few_pairs_factor(len(kept) - max(0, len(set(strata)) - 1))
     in_time = verdict(change, sigma * widen, threshold)
     result = Paired(name, len(kept), change, sigma, in_time, dropped=len(a_s) - len(kept))
     ma = _clocks([a_mhz[i] for i in kept if i < len(a_mhz)], len(kept))  # the kept blocks' clocks, all or none
     mb = _clocks([b_mhz[i] for i in kept if i < len(b_mhz)], len(kept))
     if ma and mb and measured:
-        mean_c, sigma_c = _paired_cycles(a_k, b_k, ma, mb)
+        mean_c, sigma_c = _paired_cycles(a_k, b_k, ma, mb, strata)
         cycles = math.expm1(mean_c)
         return Paired(name, len(kept), cycles, sigma_c, verdict(cycles, sigma_c * widen, threshold), result.dropped,
                       in_time=in_time, basis="cycles", time_change=change)
     if in_time != "SAME" or not ma or not mb:
         return result
     clock = median(mb) / median(ma) - 1
-    mean_c, sigma_c = _paired_cycles(a_k, b_k, ma, mb)
+    mean_c, sigma_c = _paired_cycles(a_k, b_k, ma, mb, strata)
     cycles = math.expm1(mean_c)
     if clock >= CLOCK_STEP and cycles > 0 and verdict(cycles, sigma_c * widen, threshold) != "SAME":
         return dataclasses.replace(result, verdict="AMBIGUOUS", in_time=in_time)
@@ -134,6 +145,20 @@ class AbResult:
     plans: tuple[str, str] = ("", "")  # a slowed arm: the work injected after each call
     blocks: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())  # each arm's block medians (s), pair by pair
     block_mhz: tuple[tuple[float | None, ...], tuple[float | None, ...]] = ((), ())  # their SM clocks
+    replicas: tuple[int, ...] = ()  # which replica of each arm took each pair (engine.pairing); () for one
+
+    @property
+    def replica_changes(self) -> dict[int, float]:
+        """Each replica's own change B/A - 1, on the verdict's basis (cycles where measured), all pairs kept."""
+        if len(set(self.replicas)) < 2:
+            return {}
+        a_s, b_s = self.blocks
+        if self.clocks_measured:
+            ma, mb = _clocks(self.block_mhz[0], len(a_s)), _clocks(self.block_mhz[1], len(b_s))
+            if ma and mb:
+                a_s = tuple(t * m for t, m in zip(a_s, ma, strict=True))
+                b_s = tuple(t * m for t, m in zip(b_s, mb, strict=True))
+        return stratum_means(a_s, b_s, self.replicas)
 
     @property
     def clocks_measured(self) -> bool:
@@ -152,7 +177,7 @@ class AbResult:
     @property
     def cycles_change(self) -> float | None:
         """The paired change in clock cycles (each block's time x its clock), where every block has its clock."""
-        return cycles_change(*self.blocks, *self.block_mhz)
+        return cycles_change(*self.blocks, *self.block_mhz, self.replicas)
 
     @property
     def clock_change(self) -> float | None:
@@ -174,6 +199,11 @@ class AbResult:
         if self.stop in ("time-cap", "noise-cap", "pair-cap") and self.paired.verdict == "AMBIGUOUS":
             out.append(f"stopped at the {self.stop} after {self.paired.pairs} pairs; measure longer"
                        " (--attn-max-time) or lock the clocks")
+        halves = self.replica_changes
+        if halves and max(halves.values()) - min(halves.values()) >= REPLICA_NOTE:
+            said = ", ".join(f"{_REPLICA_WORDS.get(k, f'replica {k + 1}')} {v:+.2%}" for k, v in halves.items())
+            out.append(f"the arms' replicas disagree ({said}): where a process sits (which started and allocated"
+                       " first) moves this case; the verdict is on their mean, where that cancels")
         if self.paired.dropped:
             out.append(f"{self.paired.dropped} pair(s) left out: their ratio was over twice or under half the others'"
                        " median (a block the machine stalled)")
@@ -184,7 +214,8 @@ class AbResult:
         data = dataclasses.asdict(self)
         lo, hi = self.paired.interval()
         data.update(interval=[lo, hi], a_mhz=self.a_mhz, b_mhz=self.b_mhz, cycles_change=self.cycles_change,
-                    clocks_measured=self.clocks_measured)
+                    clocks_measured=self.clocks_measured,
+                    replica_changes={str(k): v for k, v in self.replica_changes.items()})
         return data
 
     @classmethod
@@ -195,11 +226,13 @@ class AbResult:
         fields["plans"] = tuple(fields.get("plans", ("", "")))
         for key in ("blocks", "block_mhz"):
             fields[key] = tuple(tuple(arm) for arm in fields.get(key, ((), ())))
+        fields["replicas"] = tuple(fields.get("replicas", ()))
         return cls(**fields)
 
 
 #: What ab.json carries beside the fields, derived from them (for its readers; read back, it is derived again).
-DERIVED = ("interval", "a_mhz", "b_mhz", "cycles_change", "clocks_measured")
+DERIVED = ("interval", "a_mhz", "b_mhz", "cycles_change", "clocks_measured", "replica_changes")
+_REPLICA_WORDS = {0: "A1/B1 (A started and prepared first)", 1: "A2/B2 (B first)"}
 
 
 def _median_clock(mhz: Sequence[float | None]) -> float | None:
@@ -208,10 +241,10 @@ def _median_clock(mhz: Sequence[float | None]) -> float | None:
 
 
 def cycles_change(a_s: Sequence[float], b_s: Sequence[float], a_mhz: Sequence[float | None],
-                  b_mhz: Sequence[float | None]) -> float | None:
+                  b_mhz: Sequence[float | None], replicas: Sequence[int] = ()) -> float | None:
     """The paired change in cycles (each block's time x its SM clock), where every block has its clock."""
     ma, mb = _clocks(a_mhz, len(a_s)), _clocks(b_mhz, len(b_s))
-    return math.expm1(_paired_cycles(a_s, b_s, ma, mb)[0]) if ma and mb else None
+    return math.expm1(_paired_cycles(a_s, b_s, ma, mb, replicas)[0]) if ma and mb else None
 
 
 def _clocks(mhz: Sequence[float | None], blocks: int) -> list[float] | None:
@@ -221,7 +254,7 @@ def _clocks(mhz: Sequence[float | None], blocks: int) -> list[float] | None:
 
 
 def _paired_cycles(a_s: Sequence[float], b_s: Sequence[float], a_mhz: Sequence[float],
-                   b_mhz: Sequence[float]) -> tuple[float, float]:
-    """(mean, standard error) of the log ratio in cycles, block by block."""
-    return paired_log_ratio([t * m for t, m in zip(a_s, a_mhz, strict=True)],
-                            [t * m for t, m in zip(b_s, b_mhz, strict=True)])
+                   b_mhz: Sequence[float], replicas: Sequence[int] = ()) -> tuple[float, float]:
+    """(mean, standard error) of the log ratio in cycles, block by block (per replica, as the time's)."""
+    return stratified_log_ratio([t * m for t, m in zip(a_s, a_mhz, strict=True)],
+                                [t * m for t, m in zip(b_s, b_mhz, strict=True)], replicas)
