@@ -12,7 +12,17 @@ from typing import Any
 from ..core.record import Record
 from .baseline import stored_device, stored_fingerprint
 from .fingerprint import Fingerprint, differences, fingerprint_of
-from .gate import DEFAULT_FAIL_ON, Comparison, Noise, Thresholds, compare, matched, regressions
+from .gate import (
+    DEFAULT_FAIL_ON,
+    OTHER_GPU_NOISE,
+    Comparison,
+    Noise,
+    Thresholds,
+    compare,
+    matched,
+    other_gpu,
+    regressions,
+)
 from .reports import counts, terminal_lines
 from .runs import benches, by_name, partial_note
 
@@ -71,6 +81,13 @@ def gate(records: Sequence[Record], base: dict[str, Any], name: str, fp: Fingerp
     comparisons = compare(old, new, thresholds, noise)
     if old:
         notes.append(noise.describe())
+    others = sorted({f"{c.baseline.record.device.uuid} -> {c.current.record.device.uuid}" for c in comparisons
+                     if c.baseline is not None and c.current is not None and other_gpu(c.baseline, c.current)
+                     and c.baseline.record is not None and c.current.record is not None})
+    if others:
+        notes.append(f"the baseline was recorded on another GPU of this model ({'; '.join(others)}): each case's"
+                     f" noise includes {OTHER_GPU_NOISE:.1%} for the difference between two GPUs (measured on two"
+                     " H100s); a baseline recorded on this GPU gates more sharply")
     lines = terminal_lines(comparisons, name, notes)
     failing = regressions(comparisons, fail_on)
     if old and not matched(comparisons):

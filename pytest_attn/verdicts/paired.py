@@ -30,7 +30,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.stats import median, stratified_log_ratio, stratum_means, t_quantile, t_widening, without_outliers
+from ..core.stats import (
+    median,
+    placement_variance,
+    stratified_log_ratio,
+    stratum_means,
+    t_quantile,
+    t_widening,
+    without_outliers,
+)
 from .gate import CLOCK_STEP, Z, verdict
 
 AB_THRESHOLD = 0.02
@@ -74,9 +82,12 @@ def paired(name: str, a_s: Sequence[float], b_s: Sequence[float], threshold: flo
     impossible to miss.
 
     ``replicas``: which of each arm's processes took each pair (:mod:`pytest_attn.engine.pairing`). The
-    change is the mean of the replicas' mean log ratios and its noise the spread within each replica
-    (:func:`~pytest_attn.core.stats.stratified_log_ratio`): what one replica gains from having started and
-    allocated first, the other loses, and the mean is left with the arms' difference alone.
+    change is the mean of the replicas' mean log ratios, its noise the spread within each replica
+    (:func:`~pytest_attn.core.stats.stratified_log_ratio`, widened for few pairs) plus what the replicas
+    differ by beyond that (:func:`~pytest_attn.core.stats.placement_variance`): where a process's data sit
+    moves some cases by a draw of their own, which more pairs do not average away. On an H100 A/A of the
+    committed selection (2026-11-25) one case's replicas read +0.04 % and +2.30 %: SLOWER on the spread within
+    them alone, AMBIGUOUS with this (and none of the 206 SLOWER or FASTER).
 
     ``measured``: ``a_mhz`` and ``b_mhz`` are each block's mean SM clock, read on the GPU: the verdict is
     on cycles, with the time's verdict in ``in_time`` and its change in ``time_change``.
@@ -96,25 +107,37 @@ def paired(name: str, a_s: Sequence[float], b_s: Sequence[float], threshold: flo
     kept = [i for i, r in enumerate(ratios) if r in without_outliers(ratios)[0]]  # a block the OS stalled
     a_k, b_k = [a_s[i] for i in kept], [b_s[i] for i in kept]
     strata = [replicas[i] for i in kept] if replicas else []
-    mean, sigma = stratified_log_ratio(a_k, b_k, strata)
-    change, widen = math.expm1(mean), few_pairs_factor(len(kept) - max(0, len(set(strata)) - 1))
-    in_time = verdict(change, sigma * widen, threshold)
+    widen = few_pairs_factor(len(kept) - max(0, len(set(strata)) - 1))
+    change, sigma, noise = _judged(a_k, b_k, strata, widen)
+    in_time = verdict(change, noise, threshold)
     result = Paired(name, len(kept), change, sigma, in_time, dropped=len(a_s) - len(kept))
     ma = _clocks([a_mhz[i] for i in kept if i < len(a_mhz)], len(kept))  # the kept blocks' clocks, all or none
     mb = _clocks([b_mhz[i] for i in kept if i < len(b_mhz)], len(kept))
     if ma and mb and measured:
-        mean_c, sigma_c = _paired_cycles(a_k, b_k, ma, mb, strata)
-        cycles = math.expm1(mean_c)
-        return Paired(name, len(kept), cycles, sigma_c, verdict(cycles, sigma_c * widen, threshold), result.dropped,
+        cycles, sigma_c, noise_c = _judged(*_in_cycles(a_k, b_k, ma, mb), strata, widen)
+        return Paired(name, len(kept), cycles, sigma_c, verdict(cycles, noise_c, threshold), result.dropped,
                       in_time=in_time, basis="cycles", time_change=change)
     if in_time != "SAME" or not ma or not mb:
         return result
     clock = median(mb) / median(ma) - 1
-    mean_c, sigma_c = _paired_cycles(a_k, b_k, ma, mb, strata)
-    cycles = math.expm1(mean_c)
-    if clock >= CLOCK_STEP and cycles > 0 and verdict(cycles, sigma_c * widen, threshold) != "SAME":
+    cycles, _, noise_c = _judged(*_in_cycles(a_k, b_k, ma, mb), strata, widen)
+    if clock >= CLOCK_STEP and cycles > 0 and verdict(cycles, noise_c, threshold) != "SAME":
         return dataclasses.replace(result, verdict="AMBIGUOUS", in_time=in_time)
     return result
+
+
+def _judged(a: Sequence[float], b: Sequence[float], strata: Sequence[int], widen: float) -> tuple[float, float, float]:
+    """(change, standard error, the noise the rule takes): the replicas' mean and its error from the spread
+    within them and the placement variance between them; the rule widens the first by ``widen``."""
+    mean, se = stratified_log_ratio(a, b, strata)
+    place = placement_variance(a, b, strata)
+    return math.expm1(mean), math.sqrt(se**2 + place), math.sqrt((se * widen) ** 2 + place)
+
+
+def _in_cycles(a_s: Sequence[float], b_s: Sequence[float], a_mhz: Sequence[float],
+               b_mhz: Sequence[float]) -> tuple[list[float], list[float]]:
+    """Block times x block clocks."""
+    return ([t * m for t, m in zip(a_s, a_mhz, strict=True)], [t * m for t, m in zip(b_s, b_mhz, strict=True)])
 
 
 def few_pairs_factor(pairs: int) -> float:
@@ -244,17 +267,10 @@ def cycles_change(a_s: Sequence[float], b_s: Sequence[float], a_mhz: Sequence[fl
                   b_mhz: Sequence[float | None], replicas: Sequence[int] = ()) -> float | None:
     """The paired change in cycles (each block's time x its SM clock), where every block has its clock."""
     ma, mb = _clocks(a_mhz, len(a_s)), _clocks(b_mhz, len(b_s))
-    return math.expm1(_paired_cycles(a_s, b_s, ma, mb, replicas)[0]) if ma and mb else None
+    return math.expm1(stratified_log_ratio(*_in_cycles(a_s, b_s, ma, mb), replicas)[0]) if ma and mb else None
 
 
 def _clocks(mhz: Sequence[float | None], blocks: int) -> list[float] | None:
     """Every block's clock, or None where one is missing."""
     known = [float(m) for m in mhz if m]
     return known if blocks and len(known) == blocks else None
-
-
-def _paired_cycles(a_s: Sequence[float], b_s: Sequence[float], a_mhz: Sequence[float],
-                   b_mhz: Sequence[float], replicas: Sequence[int] = ()) -> tuple[float, float]:
-    """(mean, standard error) of the log ratio in cycles, block by block (per replica, as the time's)."""
-    return stratified_log_ratio([t * m for t, m in zip(a_s, a_mhz, strict=True)],
-                                [t * m for t, m in zip(b_s, b_mhz, strict=True)], replicas)
