@@ -10,12 +10,19 @@ way) -- unless it comes within :data:`REPEAT_WINDOW_S` of the first: GNU ``timeo
 the command and then to the command's process group, so the command receives it twice at once (on an H200
 an A/B run under ``timeout`` died with no summary). A signal that was ignored when the run started
 (``nohup``) or has a handler of someone else's is left alone, and so is every session where no attention case runs.
+
+**The session's end is not cut into pieces.** Once the cases have run, the end of the session -- the gate,
+reports, the baseline and pytest-benchmark's saving, the summary -- finishes before a signal takes effect: a
+SIGTERM or SIGHUP that arrives then is noted (a line on stderr once the session ended) and the end runs on;
+its work is seconds, and cut anywhere it left a traceback, exit status 130, no summary, an unsaved baseline
+or a 0-byte saved run. A second one (outside the repeat window) still ends the process at once.
 """
 
 from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import time
 from typing import Any
 
@@ -35,6 +42,8 @@ class SignalsAsInterrupt:
         self.installed: dict[int, Any] = {}  # signal -> the handler it had
         self.received: str | None = None
         self.received_at = 0.0
+        self.ending = False  # the session's end has begun: a signal waits for it
+        self.during_end: str | None = None  # a signal that came while it ran
 
     def install(self) -> None:
         for signum in AS_INTERRUPT:
@@ -62,6 +71,9 @@ class SignalsAsInterrupt:
             signal.raise_signal(signum)
             return
         self.received, self.received_at = name, time.monotonic()
+        if self.ending:
+            self.during_end = name
+            return
         raise KeyboardInterrupt(f"{name}: the run stops as after Ctrl-C (what was measured is kept, marked"
                                 " partial); send it again to end the process at once")
 
@@ -82,13 +94,20 @@ def guard_signals(config: pytest.Config) -> None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtestloop(session: pytest.Session) -> Any:
-    """From the first case on (collection is cheap to lose), until the session is unconfigured."""
+    """From the first case on (collection is cheap to lose), until the session is unconfigured; once the
+    loop is over, however it ended, the end of the session is not interrupted."""
     if _attention_run(session):
         guard_signals(session.config)
     yield
+    guard = session.config.stash.get(SIGNAL_GUARD, None)
+    if guard is not None:
+        guard.ending = True
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     guard = config.stash.get(SIGNAL_GUARD, None)
     if guard is not None:
         guard.uninstall()
+        if guard.during_end:
+            sys.stderr.write(f"pytest-attn: {guard.during_end} arrived during the end of the session; the end (gate,"
+                             " saving, summary) was finished first, and the run stops now\n")
