@@ -413,3 +413,48 @@ def test_a_mistyped_baselines_folder_stops_the_run_at_start_up_and_one_without_t
     made = run("--attn-baselines-dir=new", "--attn-save-baseline")
     assert made.ret == pytest.ExitCode.OK and (pytester.path / "new" / KEY / "baseline.json").is_file()
     assert run("--attn-baselines-dir=new").ret == pytest.ExitCode.OK  # and now it gates
+
+
+def test_reports_come_with_a_saved_baseline_or_without_a_gate_and_survive_a_failed_autosave(run, pytester,
+                                                                                           monkeypatch):
+    """--attn-report beside --attn-save-baseline (or --attn-baseline=off) wrote nothing, silently; and when
+    pytest-benchmark's save failed (a full disk) the baseline was not saved either, its gate running after it.
+    Now the report has the figures (every result NEW), and the gate, baseline and reports come first."""
+    saved = run("--attn-save-baseline", "--attn-report=rep")
+    assert saved.ret == pytest.ExitCode.OK
+    saved.stdout.fnmatch_lines(["saved * results as the baseline*", "  wrote rep/summary.md", "  wrote rep/results.csv"])
+    assert "NEW" in (pytester.path / "rep" / "results.csv").read_text()
+    off = ungated(run)("--attn-report=rep-off")
+    off.stdout.fnmatch_lines(["  wrote rep-off/summary.md"])
+    import pathlib
+
+    plain_open = pathlib.Path.open
+
+    def path_open(self, mode="r", *args, **kwargs):
+        if mode == "wb" and ".benchmarks" in self.parts:  # pytest-benchmark's autosave, on a full disk
+            return _FullDisk(self, mode)
+        return plain_open(self, mode, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "open", path_open)
+    shutil.rmtree(pytester.path / "b")
+    full = run("--attn-save-baseline", "--benchmark-autosave")
+    assert full.ret == pytest.ExitCode.USAGE_ERROR
+    full.stdout.fnmatch_lines(["saved * results as the baseline*",
+                               "*error: saving the run failed: No space left on device (*0001_*.json)*"])
+    assert (pytester.path / "b" / KEY / "baseline.json").is_file()
+
+
+def test_a_failed_atomic_write_names_its_file(tmp_path, monkeypatch):
+    """A full disk said "No space left on device" and no file: the error names the target."""
+    import os
+
+    from pytest_attn.core.files import write_atomic
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError) as raised:
+        write_atomic(tmp_path / "summary.md", "x")
+    assert raised.value.filename == str(tmp_path / "summary.md") and raised.value.errno == errno.ENOSPC
+    assert list(tmp_path.iterdir()) == []  # no temporary file left

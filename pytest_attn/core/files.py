@@ -11,9 +11,12 @@ from pathlib import Path
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all; raises the OSError of a failed write (the
-    temporary file removed, ``path`` as it was)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """Write ``text`` to ``path`` whole or not at all; raises the OSError of a failed write, naming ``path``
+    (the temporary file removed, ``path`` as it was)."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
     try:
         os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w") as fh:
@@ -21,6 +24,9 @@ def write_atomic(path: Path, text: str) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+    except OSError as exc:  # a full disk says "No space left on device" without the file: name the target
+        Path(tmp).unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -139,22 +139,38 @@ def timer_pins(config: pytest.Config) -> dict[str, TimerPin]:
     return pins
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> Any:
+    """Before pytest-benchmark saves (its wrapper saves before yielding; this one, registered before
+    :mod:`.bench`'s, runs after the peers are known): the gate, the baseline and the reports come from the
+    session's records alone, so a failed save of pytest-benchmark's (a full disk) cannot cost them."""
+    _gate_session(session)
+    yield
+
+
+def _gate_session(session: pytest.Session) -> None:
     config = session.config
     attn = config.stash.get(ATTN_SESSION, None)
     if attn is None or not attn.records or hasattr(config, "workerinput"):  # a worker: the controller gates
         return
-    if (attn.gate.baseline == "off" and not (attn.gate.save or attn.gate.add)) or config.stash.get(AB_RUN, None):
+    if config.stash.get(AB_RUN, None):
         return  # (an A/B run judges B against A: plugin.ab)
+    options = attn.gate
+    saving = options.save or options.add
+    if options.baseline == "off" and not saving and options.report is None:
+        return
     lines = config.stash[GATE_LINES]
     groups = by_device(attn.records, config.stash.get(CPU_THREADS, None))
     statuses = []
     for fp, records in groups.values():
         if len(groups) > 1:
             lines.append(f"{fp.device} ({len(records)} results):")
-        if attn.gate.save or attn.gate.add:
+        if saving:
             lines += _save(session, attn, fp, records)
+        if saving or options.baseline == "off":  # no verdicts; the report still has the figures, every result NEW
+            if options.report is not None:
+                outcome = gate(records, {"benchmarks": []}, "none", fp, options.thresholds, options.fail_on)
+                statuses.append("pass" if _reports(attn, records, outcome, "none", lines) else "error")
         else:
             statuses.append(_gate_one(config, attn, fp, records, lines))
     if "error" in statuses:

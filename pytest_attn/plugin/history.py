@@ -149,11 +149,11 @@ class SavingGuard:
         for path in removed:
             path.unlink(missing_ok=True)
         gone = f"; {', '.join(map(str, removed))} cut short and removed (no truncated JSON left)" if removed else ""
-        after = ("The results above were measured; what the end of the session had left to do (saving, the gate)"
-                 " did not run.")
+        after = ("The results above were measured, and the gate, a baseline and reports were done before it; what"
+                 " came after it in the session's end did not run.")
         notes = self.config.stash.setdefault(HISTORY_NOTES, [])
         if isinstance(exc, OSError):
-            where = exc.filename or "a file being written"
+            where = exc.filename or (f"writing {removed[0]}" if len(removed) == 1 else "a file being written")
             notes.append(f"error: saving the run failed: {exc.strerror or exc} ({where}){gone}. {after} Free space"
                          " there (or point --benchmark-json / --benchmark-storage elsewhere) and rerun")
             status = pytest.ExitCode.USAGE_ERROR
