@@ -422,7 +422,8 @@ def test_reports_come_with_a_saved_baseline_or_without_a_gate_and_survive_a_fail
     Now the report has the figures (every result NEW), and the gate, baseline and reports come first."""
     saved = run("--attn-save-baseline", "--attn-report=rep")
     assert saved.ret == pytest.ExitCode.OK
-    saved.stdout.fnmatch_lines(["saved * results as the baseline*", "  wrote rep/summary.md", "  wrote rep/results.csv"])
+    saved.stdout.fnmatch_lines(["saved * results as the baseline*", "  wrote rep/summary.md",
+                                "  wrote rep/results.csv"])
     assert "NEW" in (pytester.path / "rep" / "results.csv").read_text()
     off = ungated(run)("--attn-report=rep-off")
     off.stdout.fnmatch_lines(["  wrote rep-off/summary.md"])
