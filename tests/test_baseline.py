@@ -56,8 +56,8 @@ def test_save_is_atomic_and_refuses_another_gpu(tmp_path, run, monkeypatch):
     ('{"machine_info": {}}', "has no 'benchmarks' list"),
     ('{"benchmarks": [{"name": "x", "stats": {"median": 0}}]}', "'x' has stats.median 0, not a finite positive"),
     ('{"benchmarks": [{"name": "x", "stats": {"median": true}}]}', "'x' has stats.median True, not a finite"),
-    ('{"benchmarks": [{"name": "x", "stats": {"median": Infinity}}]}', "Infinity is not a JSON number"),
-    ('{"benchmarks": [{"name": "x", "stats": {"median": NaN}}]}', "NaN is not a JSON number"),
+    ('{"benchmarks": [{"name": "x", "stats": {"median": Infinity}}]}', "holds Infinity, which is not a JSON number"),
+    ('{"benchmarks": [{"name": "x", "stats": {"median": NaN}}]}', "holds NaN, which is not a JSON number"),
     ('{"benchmarks": [{"name": "x", "stats": {"median": "1e-3"}}]}', "'x' has stats.median '1e-3'"),
     ('{"benchmarks": [{"stats": {"median": 1}}]}', "benchmark #0 has no name"),
     ('{"benchmarks": []}', "holds no benchmarks"),
@@ -208,3 +208,23 @@ def test_a_repeat_taken_by_another_timer_is_refused():
     assert added == 1 and len(refused) == 1
     assert refused[0].endswith("timed by cuda-event x1 here, by kernel-sum x5 in the stored repeats (a repeat must"
                                " be the same quantity)")
+
+
+@pytest.mark.parametrize("content, says", [
+    (b"\x1f\x8b\x08\x00junk", "is gzip-compressed"),
+    ('{"benchmarks": []}'.encode("utf-16"), "is UTF-16 text"),
+    (b'{"benchmarks": [{"name": "x", "stats": {"median": 1.0}}], "machine_info": {"attn_fingerprint": [1]}}',
+     "machine_info.attn_fingerprint is [1], not an object"),
+    (b'{"benchmarks": [{"name": "x", "stats": {"median": 1.0}, "extra_info": {"schema": "pytest-attn.record",'
+     b' "version": 1, "timing": "fast"}}]}', "benchmark 'x' has an unreadable result record"),
+    (b'{"benchmarks": [{"name": "x", "stats": {"median": 1.0}}, {"name": "x", "stats": {"median": 9.0}}]}',
+     "benchmark 'x' is stored twice (#0 and #1)"),
+])
+def test_a_baseline_of_any_wrong_shape_is_refused_by_name(tmp_path, content, says):
+    """A gzip or UTF-16 file, or a timing or machine_info of the wrong shape, ended the run with exit status 3
+    and a traceback; a case stored twice was taken, its later copy silently winning."""
+    path = tmp_path / "baseline.json"
+    path.write_bytes(content)
+    with pytest.raises(BaselineError, match=re.escape(says)) as info:
+        load_baseline(path)
+    assert str(path) in str(info.value)

@@ -459,3 +459,15 @@ def test_a_failed_atomic_write_names_its_file(tmp_path, monkeypatch):
         write_atomic(tmp_path / "summary.md", "x")
     assert raised.value.filename == str(tmp_path / "summary.md") and raised.value.errno == errno.ENOSPC
     assert list(tmp_path.iterdir()) == []  # no temporary file left
+
+
+def test_a_named_baseline_with_a_bad_machine_info_stops_at_start_up(run, pytester):
+    """It passed the start-up check and failed only at the end, after every case was measured."""
+    _baseline(run, pytester, repeats=1)
+    data = json.loads((pytester.path / "b" / KEY / "baseline.json").read_text())
+    data["machine_info"]["attn_device"] = "a GPU"
+    (pytester.path / "odd.json").write_text(json.dumps(data))
+    odd = run("--attn-baseline=odd.json")
+    assert odd.ret == pytest.ExitCode.USAGE_ERROR and "passed" not in odd.stdout.str()
+    odd.stderr.fnmatch_lines(["*--attn-baseline: baseline odd.json: machine_info.attn_device is 'a GPU', not an"
+                              " object*"])

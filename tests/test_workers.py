@@ -277,3 +277,48 @@ def test_the_controller_compares_saved_runs_without_their_gpu_entries():
     hook = workers.pytest_benchmark_compare_machine_info(alone, saved)
     next(hook)
     assert "attn_device" in saved["machine_info"]  # one process: its machine_info has its GPU, compared in full
+
+
+@pytest.mark.parametrize("content, says", [
+    (b"\x1f\x8b\x08\x00junk", "is gzip-compressed; decompress it first (gunzip -k "),
+    ('{"benchmarks": []}'.encode("utf-16"), "is UTF-16 text, not UTF-8"),
+    (b'{"benchmarks": [1]}', "benchmark #0 has no name"),
+    (b'{"benchmarks": {"a": 1}}', "has no 'benchmarks' list"),
+    (b'{"benchmarks": [], "machine_info": []}', "machine_info is [], not an object"),
+    (b'{"benchmarks": [], "attn_shard": {"index": "1", "count": 2}}', "its attn_shard mark"),
+    (b'{"benchmarks": [{"name": "x", "stats": {"median": 1.0}, "extra_info": {"schema": "pytest-attn.record",'
+     b' "version": 1, "timing": [1, 2]}}]}', "benchmark 'x' has an unreadable result record"),
+    (b'{"benchmarks": [{"name": "x", "stats": {"median": 1.0}}, {"name": "x", "stats": {"median": 2.0}}]}',
+     "benchmark 'x' is stored twice (#0 and #1)"),
+])
+def test_a_shard_that_is_not_a_run_is_bad_input_named_with_exit_4(tmp_path, capsys, content, says):
+    """Each of these gave exit 1 -- "the gate failed" -- with a traceback; a malformed shard mark was read as a
+    missing shard. Every file goes through one reader and one check: exit 4 and what is wrong with which file."""
+    from pytest_attn.verdicts.cli import main
+
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(content)
+    assert main(["merge", str(bad), "--baseline", "off"]) == 4
+    out = capsys.readouterr().out
+    assert out.startswith("pytest-attn merge: ") and str(bad) in out and says in out, out
+    assert "Traceback" not in out
+
+
+def test_the_merge_command_refuses_bad_options_and_unwritable_paths_with_exit_4(tmp_path, capsys):
+    """--threshold=abc said "invalid <lambda> value" and exited 2; an unwritable --json or --report path was met
+    after the merge, as a traceback with exit 1."""
+    from factories import record
+
+    from pytest_attn.verdicts.cli import main
+
+    a = _shard_file(tmp_path / "a.json", [record("flash-attn", 1e-3, test="t.py::test[fa]")])
+    with pytest.raises(SystemExit) as stopped:
+        main(["merge", a, "--threshold=abc"])
+    assert stopped.value.code == 4
+    err = capsys.readouterr().err
+    assert "--threshold 'abc' is not a number or a percentage (e.g. 5% or 0.05)" in err and "lambda" not in err
+    (tmp_path / "afile").write_text("")
+    for flag, path in (("--json", tmp_path / "afile" / "m.json"), ("--report", tmp_path / "afile" / "rep")):
+        assert main(["merge", a, "--baseline", "off", flag, str(path)]) == 4
+        out = capsys.readouterr().out
+        assert f"pytest-attn merge: {flag}: cannot write in " in out and "results" not in out, out

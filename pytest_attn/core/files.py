@@ -1,13 +1,18 @@
-"""Files written whole or not at all: through a temporary file in the same folder, flushed to disk and
-renamed over the target, so a full disk, a signal or a crash mid-write leaves the old file or none --
-never a truncated one. The file gets the mode a plain ``open`` would give it (0666 less the umask), not
-``mkstemp``'s 0600: others on a shared CI host can read what the run wrote."""
+"""Files read and written. :func:`read_json` is the one reader of the JSON files the tool consumes, turning
+any malformed one into an :class:`InputError` that names it. :func:`write_atomic` writes a file whole or not
+at all: through a temporary file in the same folder, flushed to disk and renamed over the target, so a full
+disk, a signal or a crash mid-write leaves the old file or none -- never a truncated one. The file gets the
+mode a plain ``open`` would give it (0666 less the umask), not ``mkstemp``'s 0600: others on a shared CI host
+can read what the run wrote."""
 
 from __future__ import annotations
 
+import codecs
+import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -36,3 +41,39 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+class InputError(ValueError):
+    """A file (or value) a person gave that cannot be used; the message names it and what is wrong, and the
+    run or command ends with exit status 4 (pytest's for a usage error)."""
+
+
+def read_json(path: Path, what: str) -> Any:
+    """The JSON document in ``path`` -- the one reader for every file the tool consumes (baselines, shards,
+    saved runs) -- or :class:`InputError` saying what the file is instead: unreadable, gzip-compressed, UTF-16
+    (as PowerShell's ``>`` writes), not UTF-8, not JSON (with line and column), or holding NaN or Infinity."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{what} {path} cannot be read: {exc.strerror or exc}") from None
+    if raw[:2] == b"\x1f\x8b":
+        raise InputError(f"{what} {path} is gzip-compressed; decompress it first (gunzip -k {path})")
+    if raw[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE) or (len(raw) > 1 and raw[1:2] == b"\x00"):
+        raise InputError(f"{what} {path} is UTF-16 text, not UTF-8 (a Windows redirect writes it so); convert it"
+                         f" (iconv -f UTF-16 -t UTF-8 {path}) or write the file again")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{what} {path} is not UTF-8 text (byte {exc.start} is {raw[exc.start]:#04x}): is it the"
+                         " JSON file pytest-benchmark or pytest-attn wrote?") from None
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{what} {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg});"
+                         " was it cut short, or edited by hand?") from None
+    except ValueError as exc:
+        raise InputError(f"{what} {path}: {exc}") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"it holds {name}, which is not a JSON number")

@@ -9,7 +9,6 @@ is collected.
 
 from __future__ import annotations
 
-import argparse
 import math
 import re
 from collections.abc import Callable
@@ -22,6 +21,7 @@ import pytest
 from ..core.adhoc import AdhocError, parse_case
 from ..core.case import DIRECTIONS, DTYPES
 from ..core.catalog import PROFILES, Variant
+from ..core.converters import option_value
 from ..core.percent import parse_percent
 from ..engine.armspec import parse_ab
 from ..engine.clocks import LockRequest, parse_lock
@@ -33,19 +33,6 @@ T = TypeVar("T")
 
 #: dest -> (flag, default) of every option this plugin adds, for :func:`given`.
 DEFAULTS: dict[str, tuple[str, Any]] = {}
-
-
-def _converter(what: str, parse: Callable[[str], T]) -> Callable[[str], T]:
-    """``parse`` with its ValueError turned into argparse's error, named after the option."""
-
-    def convert(text: str) -> T:
-        try:
-            return parse(text)
-        except ValueError as exc:
-            message = str(exc)
-            raise argparse.ArgumentTypeError(message if what in message else f"{what}: {message}") from None
-
-    return convert
 
 
 def comma_list(choices: tuple[str, ...], what: str) -> Callable[[str], tuple[str, ...]]:
@@ -60,7 +47,7 @@ def comma_list(choices: tuple[str, ...], what: str) -> Callable[[str], tuple[str
             raise ValueError(f"unknown {what} {', '.join(map(repr, bad))}; valid: {', '.join(choices)}")
         return items
 
-    return _converter(f"--attn-{what}s", parse)
+    return option_value(f"--attn-{what}s", parse)
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -92,7 +79,7 @@ def _number(what: str, parse: Callable[[str], T], noun: str, minimum: float) -> 
             raise ValueError(f"{what} must be {limit}, got {text!r}")
         return value
 
-    return _converter(what, convert)
+    return option_value(what, convert)
 
 
 def positive_float(what: str) -> Callable[[str], float]:
@@ -145,27 +132,27 @@ def _override(text: str) -> tuple[str, str, float]:
 
 
 # ---- the converters, one per option that takes a value --------------------------------------------
-profile = _converter("--attn-profile", _choice("profile", ("auto", *PROFILES),
+profile = option_value("--attn-profile", _choice("profile", ("auto", *PROFILES),
                                               " (auto: 'default' on a GPU, 'cpu' without)"))
-backend_names = _converter("--attn-backends", _names)
+backend_names = option_value("--attn-backends", _names)
 dtypes = comma_list(DTYPES, "dtype")
 directions = comma_list(DIRECTIONS, "direction")
-timer = _converter("--attn-timer", _choice("timer", TIMER_KINDS))
-precision = _converter("--attn-precision", lambda t: parse_percent(t, "--attn-precision"))
+timer = option_value("--attn-timer", _choice("timer", TIMER_KINDS))
+precision = option_value("--attn-precision", lambda t: parse_percent(t, "--attn-precision"))
 min_samples = positive_int("--attn-min-samples", 5)
-adhoc_case = _converter("--attn-case", _adhoc)
-lock_clocks = _converter("--attn-lock-clocks", parse_lock)
-hbm_pattern = _converter("--attn-hbm", _regex)
-inject_slowdown = _converter("--attn-inject-slowdown", lambda t: parse_percent(t, "--attn-inject-slowdown",
+adhoc_case = option_value("--attn-case", _adhoc)
+lock_clocks = option_value("--attn-lock-clocks", parse_lock)
+hbm_pattern = option_value("--attn-hbm", _regex)
+inject_slowdown = option_value("--attn-inject-slowdown", lambda t: parse_percent(t, "--attn-inject-slowdown",
                                                                               upper=10.0))
-fuzz_head_dims = _converter("--attn-fuzz-head-dims", _head_dims)
-threshold = _converter("--attn-threshold", lambda t: parse_percent(t, "--attn-threshold", upper=10.0))
-threshold_for = _converter("--attn-threshold-for", _override)
-cpu_threads = _converter("--attn-cpu-threads", _threads)
-fail_on = _converter("--attn-fail-on", parse_fail_on)
-shard = _converter("--attn-shard", _shard)
-ab_arms = _converter("--attn-ab", lambda t: parse_ab(t, Path.cwd()))
-ab_threshold = _converter("--attn-ab-threshold", lambda t: parse_percent(t, "--attn-ab-threshold", upper=10.0))
+fuzz_head_dims = option_value("--attn-fuzz-head-dims", _head_dims)
+threshold = option_value("--attn-threshold", lambda t: parse_percent(t, "--attn-threshold", upper=10.0))
+threshold_for = option_value("--attn-threshold-for", _override)
+cpu_threads = option_value("--attn-cpu-threads", _threads)
+fail_on = option_value("--attn-fail-on", parse_fail_on)
+shard = option_value("--attn-shard", _shard)
+ab_arms = option_value("--attn-ab", lambda t: parse_ab(t, Path.cwd()))
+ab_threshold = option_value("--attn-ab-threshold", lambda t: parse_percent(t, "--attn-ab-threshold", upper=10.0))
 
 
 def _add(group: Any, flag: str, default: Any, **kwargs: Any) -> None:

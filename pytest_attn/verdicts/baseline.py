@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..core.files import write_atomic
+from ..core.files import InputError, read_json, write_atomic
 from ..core.record import Record, TimerPin, is_record
 from ..core.stats import OUTLIER_FACTOR, median, times_off
 from .fingerprint import Fingerprint, differences
@@ -28,7 +28,7 @@ RERECORD = "re-record it with: pytest suites/ --attn-save-baseline"
 LOCK_TIMEOUT_S = 120.0
 
 
-class BaselineError(Exception):
+class BaselineError(InputError):
     """A baseline that cannot be used; the message names the file and what is wrong."""
 
 
@@ -40,36 +40,78 @@ def _positive(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
-def check_run(data: Any, where: str) -> dict[str, Any]:
-    """``data`` if it is a run a gate can use; else :class:`BaselineError` saying what is wrong."""
+def check_run(data: Any, where: str, *, empty_ok: bool = False) -> dict[str, Any]:
+    """``data`` if it is a run a gate (or a merge) can use; else :class:`BaselineError` saying what is wrong
+    and where. Every part is checked for its shape before anything reads it -- a ``timing``, ``machine_info``
+    or shard mark of the wrong kind is refused here with its name, never met later as a traceback -- and a case
+    stored twice is refused (its later copy would silently win)."""
     if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
         raise BaselineError(f"{where} has no 'benchmarks' list: it is not pytest-benchmark JSON; {RERECORD}")
-    if not data["benchmarks"]:
+    if not data["benchmarks"] and not empty_ok:
         raise BaselineError(f"{where} holds no benchmarks; {RERECORD}")
+    seen: dict[str, int] = {}
     for i, bench in enumerate(data["benchmarks"]):
-        name = (bench.get("fullname") or bench.get("name")) if isinstance(bench, dict) else None
-        if not isinstance(name, str) or not name:
-            raise BaselineError(f"{where}: benchmark #{i} has no name; {RERECORD}")
-        median = (bench.get("stats") or {}).get("median") if isinstance(bench.get("stats"), dict) else None
-        if not _positive(median):
-            raise BaselineError(f"{where}: benchmark {name!r} has stats.median {median!r}, not a finite positive"
-                                f" number of seconds; {RERECORD}")
-        info = bench.get("extra_info")
-        if is_record(info):
-            _check_repeats(info, name, where)
-            try:
-                Record.from_json(info)
-            except (TypeError, ValueError, KeyError) as exc:
-                raise BaselineError(f"{where}: benchmark {name!r} has an unreadable result record ({exc});"
-                                    f" {RERECORD}") from None
-    raw = (data.get("machine_info") or {}).get("attn_fingerprint") if isinstance(data.get("machine_info"), dict) \
-        else None
+        name = _check_bench(bench, i, where)
+        if name in seen:
+            raise BaselineError(f"{where}: benchmark {name!r} is stored twice (#{seen[name]} and #{i}); a gate would"
+                                f" read one of them silently. Keep one (or {RERECORD})")
+        seen[name] = i
+    _check_machine_info(data.get("machine_info"), where)
+    for key in ("attn_partial", "attn_shard"):
+        if key in data and not isinstance(data[key], dict):
+            raise BaselineError(f"{where}: {key} is {data[key]!r}, not the mark pytest-attn writes; {RERECORD}")
+    shard = data.get("attn_shard")
+    if shard is not None and not _shard_mark_ok(shard):
+        raise BaselineError(f"{where}: its attn_shard mark {shard!r} is not one --attn-shard=I/N writes (index and"
+                            " count whole numbers, 1 <= index <= count): run the shard again")
+    return data
+
+
+def _check_bench(bench: Any, i: int, where: str) -> str:
+    """One benchmark's shape: a dict with a name, a finite positive median, and a readable record where it
+    holds one; returns its name."""
+    name = (bench.get("fullname") or bench.get("name")) if isinstance(bench, dict) else None
+    if not isinstance(name, str) or not name:
+        raise BaselineError(f"{where}: benchmark #{i} has no name; {RERECORD}")
+    stats = bench.get("stats")
+    median = stats.get("median") if isinstance(stats, dict) else None
+    if not _positive(median):
+        raise BaselineError(f"{where}: benchmark {name!r} has stats.median {median!r}, not a finite positive"
+                            f" number of seconds; {RERECORD}")
+    info = bench.get("extra_info")
+    if info is not None and not isinstance(info, dict):
+        raise BaselineError(f"{where}: benchmark {name!r} has extra_info {info!r}, not an object; {RERECORD}")
+    if is_record(info):
+        _check_repeats(info, name, where)
+        try:
+            Record.from_json(info)
+        except Exception as exc:  # a section of the wrong shape fails wherever the decoder meets it
+            why = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+            raise BaselineError(f"{where}: benchmark {name!r} has an unreadable result record ({why}); {RERECORD}")\
+                from None
+    return name
+
+
+def _check_machine_info(info: Any, where: str) -> None:
+    if info is None:
+        return
+    if not isinstance(info, dict):
+        raise BaselineError(f"{where}: machine_info is {info!r}, not an object; {RERECORD}")
+    for key in ("attn_device", "attn_fingerprint"):
+        if key in info and info[key] is not None and not isinstance(info[key], dict):
+            raise BaselineError(f"{where}: machine_info.{key} is {info[key]!r}, not an object; {RERECORD}")
+    raw = info.get("attn_fingerprint")
     if raw is not None:
         try:
             Fingerprint.from_dict(raw)
-        except (TypeError, ValueError) as exc:
+        except Exception as exc:
             raise BaselineError(f"{where}: its fingerprint is unusable ({exc}); {RERECORD}") from None
-    return data
+
+
+def _shard_mark_ok(mark: dict[str, Any]) -> bool:
+    index, count = mark.get("index"), mark.get("count")
+    whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (index, count))
+    return whole and 1 <= index <= count  # type: ignore[operator]
 
 
 #: The per-repeat numbers of a stored case: (section, field, what a value must be)
@@ -95,22 +137,12 @@ def _check_repeats(info: dict[str, Any], name: str, where: str) -> None:
 
 
 def load_baseline(path: Path) -> dict[str, Any]:
-    """The run stored at ``path``, checked (:func:`check_run`)."""
+    """The run stored at ``path``, read by the one JSON reader and checked (:func:`check_run`)."""
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise BaselineError(f"baseline {path} cannot be read: {exc.strerror or exc}") from None
-    try:
-        data = json.loads(text, parse_constant=_no_constant)
-    except (json.JSONDecodeError, ValueError) as exc:
-        where = f" (line {exc.lineno}, column {exc.colno}: {exc.msg})" if isinstance(exc, json.JSONDecodeError) \
-            else f" ({exc})"
-        raise BaselineError(f"baseline {path} is not valid JSON{where}; restore it from git or {RERECORD}") from None
+        data = read_json(path, "baseline")
+    except InputError as exc:
+        raise BaselineError(f"{exc}; restore it from git or {RERECORD}") from None
     return check_run(data, f"baseline {path}")
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
 
 
 def stored_fingerprint(run: dict[str, Any]) -> Fingerprint | None:

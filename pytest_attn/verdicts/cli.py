@@ -2,8 +2,9 @@
 runners, or any runs that measured different problems) merged into one run: the summary a single run
 of them all would print, one merged JSON, the reports, and the gate, per device model as a session does.
 
-Exit status as pytest's: 0 when the gate passes (or there is none), 1 when it fails, 4 for bad input
-(a file that is not a run, shards that overlap, a baseline of another device).
+Exit status as pytest's: 0 when the gate passes (or there is none), 1 when it fails, 4 for bad input (a bad
+option, a file that is not a run -- whatever is wrong with it, named --, shards that overlap, a baseline of
+another device, a --json or --report path that cannot be written). Exit 1 means the gate failed, nothing else.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from ..core.files import write_atomic
-from .baseline import BaselineError, baseline_path, load_baseline
+from ..core.converters import option_value
+from ..core.files import InputError, read_json, write_atomic
+from .baseline import baseline_path, check_run, load_baseline
 from .gate import DEFAULT_FAIL_ON, DEFAULT_THRESHOLD, Thresholds, parse_fail_on, parse_fraction, parse_override
 from .gating import by_device, gate
 from .merge import MergeError, merge_runs, shard_problems
@@ -27,8 +29,16 @@ from .table import render, time_lines
 OK, FAILED, USAGE = 0, 1, 4
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with pytest's exit status for a usage error (4, not argparse's 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(USAGE, f"{self.prog}: error: {message}\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pytest-attn", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="pytest-attn", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     merge = sub.add_parser("merge", help="merge shards' JSON files into one summary, JSON, report and gate")
     merge.add_argument("files", nargs="+", type=Path, help="pytest-benchmark JSON files of pytest-attn runs")
@@ -38,9 +48,12 @@ def _parser() -> argparse.ArgumentParser:
                        help="gate against this baseline; auto = baselines/<device-key>/baseline.json per device"
                             " model where it exists (default)")
     merge.add_argument("--baselines-dir", type=Path, default=Path("baselines"), metavar="DIR")
-    merge.add_argument("--threshold", type=lambda t: parse_fraction(t), default=DEFAULT_THRESHOLD, metavar="PCT")
-    merge.add_argument("--threshold-for", type=parse_override, action="append", default=[], metavar="KIND:NAME=PCT")
-    merge.add_argument("--fail-on", type=parse_fail_on, default=DEFAULT_FAIL_ON, metavar="LIST")
+    merge.add_argument("--threshold", type=option_value("--threshold", lambda t: parse_fraction(t, "--threshold")),
+                       default=DEFAULT_THRESHOLD, metavar="PCT")
+    merge.add_argument("--threshold-for", type=option_value("--threshold-for", parse_override), action="append",
+                       default=[], metavar="KIND:NAME=PCT")
+    merge.add_argument("--fail-on", type=option_value("--fail-on", parse_fail_on), default=DEFAULT_FAIL_ON,
+                       metavar="LIST")
     merge.add_argument("--speedup-vs", default="sdpa-math", metavar="BACKEND")
     merge.add_argument("--allow-partial", action="store_true",
                        help="merge shards that are not the whole run (one missing, or of another run); the merged"
@@ -49,16 +62,28 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _read(paths: Sequence[Path]) -> list[tuple[str, dict]]:
-    runs = []
-    for path in paths:
+    """Each file through the one JSON reader and the run check: what is wrong with a file is said with its name."""
+    return [(str(path), check_run(read_json(path, "shard"), str(path), empty_ok=True)) for path in paths]
+
+
+def _writable(args: argparse.Namespace) -> None:
+    """The --json file's folder and the --report folder, before anything is merged: a path that cannot be
+    written is bad input (exit 4), said now -- not an OSError after the work."""
+    for flag, folder in (("--json", args.json.parent if args.json else None), ("--report", args.report)):
+        if folder is None:
+            continue
         try:
-            runs.append((str(path), json.loads(path.read_text())))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise MergeError(f"{path}: cannot be read as JSON ({exc})") from None
-    return runs
+            folder.mkdir(parents=True, exist_ok=True)
+            probe = folder / ".pytest-attn-write-test"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as exc:
+            raise InputError(f"{flag}: cannot write in {folder} ({exc.strerror or exc}); give a path you can"
+                             " write to") from None
 
 
 def merge(args: argparse.Namespace, out: list[str]) -> int:
+    _writable(args)
     runs = _read(args.files)
     problems = shard_problems(runs)
     if problems and not args.allow_partial:
@@ -109,8 +134,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     out: list[str] = []
     try:
         status = merge(args, out)
-    except (MergeError, BaselineError) as exc:
+    except InputError as exc:  # a merge, a baseline or a file that cannot be used
         out.append(f"pytest-attn merge: {exc}")
+        status = USAGE
+    except OSError as exc:  # a write that failed after the check (a full disk)
+        out.append(f"pytest-attn merge: cannot write {exc.filename or 'a file'}: {exc.strerror or exc}; nothing"
+                   " half-written was left. Free space (or give another path) and rerun")
         status = USAGE
     print("\n".join(out))
     return status

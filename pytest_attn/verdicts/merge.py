@@ -8,10 +8,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..core.files import InputError
 from .runs import Bench, benches
 
 
-class MergeError(ValueError):
+class MergeError(InputError):
     """Shards that cannot be one run; the message names the files."""
 
 
