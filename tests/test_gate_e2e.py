@@ -471,3 +471,21 @@ def test_a_named_baseline_with_a_bad_machine_info_stops_at_start_up(run, pyteste
     assert odd.ret == pytest.ExitCode.USAGE_ERROR and "passed" not in odd.stdout.str()
     odd.stderr.fnmatch_lines(["*--attn-baseline: baseline odd.json: machine_info.attn_device is 'a GPU', not an"
                               " object*"])
+
+
+def test_one_odd_repeat_of_two_cannot_blind_the_gate(run, pytester):
+    """With two stored repeats, one of them 100x off (which one is odd cannot be told), a 300 % slowdown exited 0:
+    on a CPU the largest spread of any case is every case's noise. That case is AMBIGUOUS, saying why; the
+    others are gated as ever."""
+    count = _baseline(run, pytester, repeats=2)
+    path = pytester.path / "b" / KEY / "baseline.json"
+    data = json.loads(path.read_text())
+    first = data["benchmarks"][0]
+    timing = first["extra_info"]["timing"]
+    timing["repeats_s"] = [timing["repeats_s"][0], timing["repeats_s"][1] * 100]
+    first["stats"]["median"] = sum(timing["repeats_s"]) / 2  # what add-to-baseline stores: their median
+    path.write_text(json.dumps(data))
+    slower = run("--attn-inject-slowdown=300%")
+    assert slower.ret == pytest.ExitCode.TESTS_FAILED
+    slower.stdout.fnmatch_lines([f"against */b/{KEY}/baseline.json: {count - 1} SLOWER, 1 AMBIGUOUS",
+                                 "*AMBIGUOUS: *: its two stored repeats are 100x apart*add a third*"])

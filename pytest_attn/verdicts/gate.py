@@ -60,7 +60,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ..core.percent import parse_percent
-from ..core.stats import Z95, median, relative_spread, without_outliers
+from ..core.stats import OUTLIER_FACTOR, Z95, median, relative_spread, times_off, without_outliers
 from .runs import Bench
 
 VERDICTS = ("SLOWER", "TIMER", "CLOCK", "AMBIGUOUS", "FASTER", "SAME", "NEW", "MISSING")
@@ -166,8 +166,22 @@ class Noise:
 
 def repeat_spread(bench: Bench) -> float | None:
     """The spread of a case's repeats, an outlier repeat left out (:func:`~pytest_attn.core.stats.without_outliers`):
-    one odd run of three must not make every case AMBIGUOUS (on a CPU the largest spread is every case's)."""
+    one odd run of three must not make every case AMBIGUOUS (on a CPU the largest spread is every case's). Two
+    repeats too far apart to say which is odd have no spread to give (:func:`odd_pair`)."""
+    if odd_pair(bench):
+        return None
     return relative_spread(without_outliers(bench.repeats_s)[0])
+
+
+def odd_pair(bench: Bench) -> str:
+    """Why a case's two stored repeats cannot be trusted (more than :data:`OUTLIER_FACTOR` apart: which one is
+    odd cannot be told), or ""."""
+    reps = bench.repeats_s
+    if len(reps) != 2 or min(reps) <= 0 or times_off(reps[0], reps[1]) <= OUTLIER_FACTOR:
+        return ""
+    return (f"its two stored repeats are {times_off(reps[0], reps[1]):.0f}x apart ({reps[0] * 1e3:.4g} and"
+            f" {reps[1] * 1e3:.4g} ms): which one is odd cannot be told, so neither is its baseline; add a third"
+            " repeat (--attn-add-to-baseline), which leaves the odd one out")
 
 
 def side_sigma(bench: Bench, between: float) -> float:
@@ -281,6 +295,9 @@ def _compare_one(name: str, b: Bench, c: Bench, thresholds: Thresholds, noise: N
     differs = unlike(b, c)
     if differs:
         return Comparison(name, "TIMER", b, c, change, threshold, notes=(differs,))
+    odd = odd_pair(b)
+    if odd:
+        return Comparison(name, "AMBIGUOUS", b, c, change, threshold, notes=(odd,))
     between = noise.between(b, c)
     sigma = math.hypot(side_sigma(b, between), side_sigma(c, between), OTHER_GPU_NOISE if other_gpu(b, c) else 0.0)
     in_time = verdict(change, sigma, threshold)
