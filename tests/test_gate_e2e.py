@@ -489,3 +489,13 @@ def test_one_odd_repeat_of_two_cannot_blind_the_gate(run, pytester):
     assert slower.ret == pytest.ExitCode.TESTS_FAILED
     slower.stdout.fnmatch_lines([f"against */b/{KEY}/baseline.json: {count - 1} SLOWER, 1 AMBIGUOUS",
                                  "*AMBIGUOUS: *: its two stored repeats are 100x apart*add a third*"])
+
+
+def test_a_bad_benchmark_storage_stops_the_run_at_start_up(run, pytester):
+    """It was found only after every case was measured, and the advice blamed free space."""
+    (pytester.path / "afile").write_text("")
+    bad = ungated(run)("--benchmark-autosave", "--benchmark-storage=file://afile/runs")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR and "passed" not in bad.stdout.str()
+    bad.stderr.fnmatch_lines(["*--benchmark-storage=file://afile/runs: afile is a file, so the run cannot be saved"
+                              " under it; give a folder*"])
+    assert ungated(run)("--benchmark-autosave", "--benchmark-storage=file://new/runs").ret == pytest.ExitCode.OK

@@ -69,6 +69,27 @@ def writable_file(path: Path, flag: str) -> None:
                                 " you can write to") from None
 
 
+def storage_folder(config: pytest.Config) -> None:
+    """pytest-benchmark's ``--benchmark-storage`` where the run will save into it (autosave or
+    ``--benchmark-save``): a file storage whose folder cannot be made or written stops the run now, naming the
+    path -- not after every case was measured, with advice about free space."""
+    saving = config.getoption("benchmark_autosave", None) or config.getoption("benchmark_save", None)
+    storage = str(config.getoption("benchmark_storage", "") or "")
+    other_kind = "://" in storage and not storage.startswith("file://")  # elasticsearch: not ours to check
+    if not saving or config.getoption("benchmark_disable", False) or other_kind:
+        return
+    folder = Path(storage[len("file://"):] if storage.startswith("file://") else storage)
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), Path("."))
+    if not existing.is_dir():
+        raise pytest.UsageError(f"--benchmark-storage={storage}: {existing} is a file, so the run cannot be saved"
+                                " under it; give a folder (e.g. file://./.benchmarks)")
+    try:
+        _takes_a_file(existing)
+    except OSError as exc:
+        raise pytest.UsageError(f"--benchmark-storage={storage}: cannot write in {existing} ({exc.strerror or exc});"
+                                " give a folder you can write to") from None
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Every path an option names is checked now, before anything is measured."""
     session = config.stash.get(ATTN_SESSION, None)
@@ -77,6 +98,8 @@ def pytest_configure(config: pytest.Config) -> None:
     json_given = config.getoption("benchmark_json", None)  # pytest-benchmark <= 5.2: a file it opened itself
     if isinstance(json_given, (str, Path)) and not hasattr(config, "workerinput"):
         writable_file(Path(json_given), "--benchmark-json")
+    if not hasattr(config, "workerinput"):
+        storage_folder(config)
     gate_options = session.gate
     if gate_options.save and gate_options.add:
         raise pytest.UsageError("--attn-save-baseline and --attn-add-to-baseline: give one (save records a new"

@@ -11,6 +11,7 @@ and the summary says which run was skipped and why. Comparing with a partial run
 
 from __future__ import annotations
 
+import errno
 import json
 import traceback
 from collections.abc import Generator
@@ -154,8 +155,10 @@ class SavingGuard:
         notes = self.config.stash.setdefault(HISTORY_NOTES, [])
         if isinstance(exc, OSError):
             where = exc.filename or (f"writing {removed[0]}" if len(removed) == 1 else "a file being written")
-            notes.append(f"error: saving the run failed: {exc.strerror or exc} ({where}){gone}. {after} Free space"
-                         " there (or point --benchmark-json / --benchmark-storage elsewhere) and rerun")
+            full = exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+            fix = ("Free space there (or point --benchmark-json / --benchmark-storage elsewhere) and rerun" if full
+                   else "Check that path (--benchmark-json / --benchmark-storage) and rerun")
+            notes.append(f"error: saving the run failed: {exc.strerror or exc} ({where}){gone}. {after} {fix}")
             status = pytest.ExitCode.USAGE_ERROR
         else:
             notes.append(f"error: the end of the session failed: {type(exc).__name__}: {exc}{gone}. {after} The"
