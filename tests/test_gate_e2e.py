@@ -499,3 +499,18 @@ def test_a_bad_benchmark_storage_stops_the_run_at_start_up(run, pytester):
     bad.stderr.fnmatch_lines(["*--benchmark-storage=file://afile/runs: afile is a file, so the run cannot be saved"
                               " under it; give a folder*"])
     assert ungated(run)("--benchmark-autosave", "--benchmark-storage=file://new/runs").ret == pytest.ExitCode.OK
+
+
+def test_a_run_that_measured_nothing_says_why_and_fails_where_it_was_asked_to_save_or_gate(run, pytester):
+    """--attn-dtypes=fp16 on the CPU profile, a back end not installed here, an --attn-case in no suite: each
+    exited 0 without a word -- in CI a green job that measured nothing."""
+    skipped = ungated(run)("--attn-dtypes=bf16")
+    assert skipped.ret == pytest.ExitCode.OK
+    skipped.stdout.fnmatch_lines(["measured nothing: the * attention case(s) selected were all skipped: * x *"])
+    none = ungated(run)("--attn-dtypes=bf16", "-k", "nothing-matches-this")
+    none.stdout.fnmatch_lines(["measured nothing: no attention case was selected*"])
+    asked = run("--attn-dtypes=bf16", "--attn-save-baseline")
+    assert asked.ret == pytest.ExitCode.USAGE_ERROR
+    asked.stdout.fnmatch_lines(["error: measured nothing: *; the run was asked for --attn-save-baseline*, which needs"
+                                " a measured case"])
+    assert not (pytester.path / "b").exists() or not list((pytester.path / "b").rglob("baseline.json"))
