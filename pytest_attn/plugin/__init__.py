@@ -2,11 +2,12 @@
 
 :mod:`.options` declares every ``--attn-*`` option and converts it; :mod:`.session` resolves them once
 at configure and holds every stash key; :mod:`.bench` collects cases, provides the fixtures and hands
-each result record to pytest-benchmark; :mod:`.fuzz` wires the Hypothesis suite; :mod:`.gate` wires
-baselines, verdicts and reports; :mod:`.history` marks runs cut short; :mod:`.signals` makes SIGTERM and
-SIGHUP stop a run as Ctrl-C does; :mod:`.hookspecs` declares the hook for bringing your own back end.
-The layers below (core, oracle, backends, engine, fuzz, verdicts) know nothing of pytest; a new option
-or hook goes here. Loading the plugin imports no torch, no Hypothesis and touches no GPU.
+each result record to pytest-benchmark; :mod:`.summary` prints the end-of-session summary; :mod:`.fuzz`
+wires the Hypothesis suite; :mod:`.gate` wires baselines, verdicts and reports; :mod:`.history` marks runs
+cut short; :mod:`.signals` makes SIGTERM and SIGHUP stop a run as Ctrl-C does; :mod:`.hookspecs` declares the
+hook for bringing your own back end. The layers below (core, oracle, backends, engine, fuzz, verdicts) know
+nothing of pytest; a new option or hook goes here. Loading the plugin imports no torch, no Hypothesis and
+touches no GPU.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ pytest_plugins = [
     "pytest_attn.plugin.workers",
     "pytest_attn.plugin.gate",
     "pytest_attn.plugin.ab",
+    "pytest_attn.plugin.summary",
     "pytest_attn.plugin.bench",
     "pytest_attn.plugin.fuzz",
     "pytest_attn.plugin.history",

@@ -1,0 +1,78 @@
+"""The end-of-session summary of an attention run: the run's lines (profile, back ends, ceilings, the compile
+phase, where the time went), the table of every problem's back ends, the skips counted, the notes -- or, for a
+run that measured no case, one line that says why (:func:`nothing_measured`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ..verdicts.table import render, time_lines
+from .session import ATTN_SESSION, CPU_THREADS, AttnSession, case_of_item
+
+NOTHING_MEASURED = pytest.StashKey[str]()
+
+
+def nothing_measured(session: pytest.Session, attn: AttnSession) -> None:
+    """An attention run that measured no case says so in one line, with why (every case's skip reason,
+    counted; or no case selected); where the run was asked to save a baseline, gate, compare or pair arms, it
+    fails (exit status 4): in CI a green job that measured nothing is a gate switched off."""
+    config = session.config
+    selected = sum(1 for item in session.items if case_of_item(item) is not None)
+    if attn.records or not (attn.active or selected) or session.exitstatus == pytest.ExitCode.INTERRUPTED:
+        return
+    if config.option.collectonly or attn.options.compile_only or config.getoption("benchmark_disable", False):
+        return
+    counted: dict[str, int] = {}
+    for reason in attn.skips:
+        counted[reason] = counted.get(reason, 0) + 1
+    why = "; ".join(f"{n} x {r}" for r, n in sorted(counted.items(), key=lambda kv: -kv[1])[:4])
+    more = f"; and {len(counted) - 4} more reasons (pytest -rs lists them)" if len(counted) > 4 else ""
+    line = (f"measured nothing: the {selected} attention case(s) selected were all skipped: {why}{more}" if selected
+            else "measured nothing: no attention case was selected (the profile's cases, narrowed by --attn-dtypes,"
+                 " --attn-directions, --attn-backends, --attn-case or -k, left none for these tests)")
+    asked = _needs_a_measured_case(config, attn)
+    if asked:
+        line = f"error: {line}; the run was asked for {', '.join(asked)}, which needs a measured case"
+        if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
+    config.stash[NOTHING_MEASURED] = line
+
+
+def _needs_a_measured_case(config: pytest.Config, attn: AttnSession) -> list[str]:
+    """The options of this run that ask for something a run without a measured case cannot do."""
+    gate = attn.gate
+    return [flag for flag, on in (
+        ("--attn-save-baseline", gate.save), ("--attn-add-to-baseline", gate.add),
+        ("--attn-baseline", gate.baseline not in ("auto", "off")),
+        ("--attn-baselines-dir", gate.dir_given and gate.baseline == "auto"),
+        ("--benchmark-compare", bool(config.getoption("benchmark_compare", None))),
+        ("--attn-ab", config.getoption("attn_ab", None) is not None)) if on]
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    session = config.stash.get(ATTN_SESSION, None)
+    nothing = config.stash.get(NOTHING_MEASURED, "")
+    if nothing:
+        terminalreporter.write_sep("=", "pytest-attn summary")
+        terminalreporter.write_line(nothing)
+        return
+    if session is None or not (session.records or session.skips or session.compiled.builds):
+        return
+    terminalreporter.write_sep("=", "pytest-attn summary")
+    devices = list({r.device.uuid or r.device.name: r.device for r in session.records}.values())
+    device = session.device_if_probed or (devices[0] if devices else None)
+    lines = render(session.records, device, session.skips, session.options.speedup_vs)
+    if len(devices) > 1:
+        lines.insert(0, "measured on " + "; ".join(f"GPU {d.host_index}: {d.name} ({d.uuid})" if d.is_cuda
+                                                   else d.describe() for d in devices))
+    threads = config.stash.get(CPU_THREADS, "torch's default")
+    lines.insert(0, f"profile: {session.profile}; back ends: {', '.join(session.backends)}; torch CPU threads:"
+                    f" {threads}")
+    wall = session.wall.line(sum(r.timing.elapsed_s for r in session.records))
+    lines[1:1] = [*session.ceilings.lines(), *session.compiled.lines(), *time_lines(session.records),
+                  *([wall] if wall else [])]
+    lines.extend(f"note: {n}" for n in session.notes)
+    for line in lines:
+        terminalreporter.write_line(line)
