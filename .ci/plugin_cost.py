@@ -1,7 +1,7 @@
 """pytest-attn is loaded into every pytest session of its environment (pytest11): it must break nothing
 and cost (almost) nothing where no attention case runs. In a throw-away project with one plain test:
 ``pytest --help`` and ``pytest --version`` exit 0, and a run takes at most 0.3 s longer than the same run
-with ``-p no:attn`` (the fastest of several alternating runs of each, so a busy machine does not decide).
+with ``-p no:pytest_attn.plugin`` (the fastest of several alternating runs of each, so a busy machine does not decide).
 
     python .ci/plugin_cost.py
 """
@@ -41,7 +41,7 @@ def main() -> int:
         with_plugin, without = [], []
         for _ in range(RUNS):
             with_plugin.append(run(["-q", "-p", "no:cacheprovider"], project))
-            without.append(run(["-q", "-p", "no:cacheprovider", "-p", "no:attn"], project))
+            without.append(run(["-q", "-p", "no:cacheprovider", "-p", "no:pytest_attn.plugin"], project))
     cost = min(with_plugin) - min(without)
     print(f"pytest --help and --version: exit 0; a one-test project: {min(with_plugin):.2f} s with pytest-attn,"
           f" {min(without):.2f} s without (fastest of {RUNS} each): the plugin costs {cost:+.2f} s (limit {LIMIT_S} s)")

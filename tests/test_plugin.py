@@ -392,3 +392,28 @@ def test_auto_threads_leave_half_the_cpus():
     from pytest_attn.engine.threads import auto_threads
 
     assert [auto_threads(n) for n in (1, 2, 3, 16)] == [1, 1, 1, 8]
+
+
+def test_a_suite_where_the_plugin_is_not_loaded_says_how_to_load_it(pytester):
+    """A fresh environment ran a suite whose conftest imports pytest-attn: KeyError: <_pytest.stash.StashKey
+    object at 0x...>. Now it stops at start-up with the two ways to load it; and -p pytest_attn.plugin where it
+    is installed (entry point) is no longer "Plugin already registered under a different name"."""
+    pytester.makeconftest("""
+import pytest
+
+from pytest_attn.plugin import prepare_attention_run
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    prepare_attention_run(config)
+""")
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    missing = pytester.runpytest_subprocess("-p", "no:pytest_attn.plugin", "-p", "no:cacheprovider")
+    assert missing.ret == pytest.ExitCode.USAGE_ERROR
+    missing.stderr.fnmatch_lines(["ERROR: pytest-attn is not loaded as a pytest plugin in this environment*install it"
+                                  " (pip install -e . in the checkout), or load it by name: pytest -p"
+                                  " pytest_attn.plugin*"])
+    assert "KeyError" not in missing.stdout.str() + missing.stderr.str()
+    both = pytester.runpytest_subprocess("-p", "pytest_attn.plugin", "-p", "no:cacheprovider")
+    assert both.ret == pytest.ExitCode.OK, both.stderr.str()

@@ -30,7 +30,7 @@ from ..verdicts.gating import Outcome, by_device, gate
 from ..verdicts.reports import markdown, write_reports
 from ..verdicts.runs import benches
 from .benchjson import run_json
-from .session import AB_RUN, ATTN_SESSION, CPU_THREADS, GATE_LINES, AttnSession
+from .session import AB_RUN, ATTN_SESSION, CPU_THREADS, GATE_LINES, AttnSession, attn_session
 
 GIVEN_BASELINE = pytest.StashKey[dict[str, Any]]()
 TIMER_PINS = pytest.StashKey[dict[str, TimerPin]]()
@@ -142,7 +142,7 @@ def timer_pins(config: pytest.Config) -> dict[str, TimerPin]:
     pins = config.stash.get(TIMER_PINS, None)
     if pins is not None:
         return pins
-    attn = config.stash[ATTN_SESSION]
+    attn = attn_session(config)
     options, base = attn.gate, None
     if options.baseline == "off" or options.save:
         base = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -238,8 +239,17 @@ def terminal_say(config: pytest.Config, prefix: str = "pytest-attn") -> Callable
     return say
 
 
+NOT_LOADED = ("pytest-attn is not loaded as a pytest plugin in this environment, though its code is imported"
+              " (a suite's conftest does): install it (pip install -e . in the checkout), or load it by name:"
+              " pytest -p pytest_attn.plugin ...")
+
+
 def attn_session(config: pytest.Config) -> AttnSession:
-    return config.stash[ATTN_SESSION]
+    """The session's state; a :class:`pytest.UsageError` that says how to load the plugin where it is not."""
+    session = config.stash.get(ATTN_SESSION, None)
+    if session is None:
+        raise pytest.UsageError(NOT_LOADED)
+    return session
 
 
 def attn_cases(config: pytest.Config, kind: str = "prefill") -> list[AttnCase]:
@@ -271,6 +281,8 @@ def prepare_attention_run(config: pytest.Config) -> None:
     are not the user's business (:data:`~pytest_attn.backends.QUIET_WARNINGS`) are filtered."""
     if config.stash.get(ATTENTION_RUN, False):
         return
+    if not config.pluginmanager.is_registered(sys.modules["pytest_attn.plugin"]):
+        raise pytest.UsageError(NOT_LOADED)  # at start-up, not as a KeyError while collecting
     config.stash[ATTENTION_RUN] = True
     for quiet in QUIET_WARNINGS:  # e.g. the CuTe DSL's note on every FA4 kernel it compiles
         config.addinivalue_line("filterwarnings", quiet.ini_line())
