@@ -411,3 +411,23 @@ def test_an_h100_a_a_whose_replicas_disagree_is_not_a_slowdown():
         verdicts[case["case_id"]] = (case["recorded_verdict"], paired("x", a, b, replicas=case["replicas"]).verdict)
     assert verdicts["fa4-varlen-varlen-mixed5-bf16-full-fwd"] == ("SLOWER", "AMBIGUOUS")
     assert verdicts["flash-attn-bert-base-bf16-full-fwd"] == ("SAME", "SAME")
+
+
+@pytest.mark.slow  # it starts Pythons in subprocesses
+def test_arms_that_cannot_run_are_refused_at_start_up(pytester):
+    """A Python without torch, an executable that is not Python, and +backend= naming no back end each failed
+    every case in turn (the worker started again for each); now the run stops before anything is measured."""
+    pytester.makepyfile(test_ab_suite=attention_suite("prefill"))
+    bare = pytester.path / "bare-python"
+    bare.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")  # no site-packages: no torch
+    notpy = pytester.path / "notpy"
+    notpy.write_text("#!/bin/sh\necho hello\n")
+    for path in (bare, notpy):
+        path.chmod(0o755)
+    for arm, says in ((str(bare), "cannot run an arm: ModuleNotFoundError: No module named"),
+                      (str(notpy), "ran, but printed 'hello' where a Python with torch"),
+                      ("same+backend=nope", "+backend=nope is not a back end; known: ")):
+        done = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--attn-profile=cpu", f"--attn-ab=same,{arm}")
+        assert done.ret == pytest.ExitCode.USAGE_ERROR, arm
+        done.stderr.fnmatch_lines([f"ERROR: --attn-ab: arm B ({arm}): *{says}*"])
+        assert "passed" not in done.stdout.str() and "failed" not in done.stdout.str()

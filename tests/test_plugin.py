@@ -417,3 +417,15 @@ def pytest_configure(config):
     assert "KeyError" not in missing.stdout.str() + missing.stderr.str()
     both = pytester.runpytest_subprocess("-p", "pytest_attn.plugin", "-p", "no:cacheprovider")
     assert both.ret == pytest.ExitCode.OK, both.stderr.str()
+
+
+def test_a_failed_case_says_its_message_once(pytester):
+    """pytest.fail inside the except printed the message twice, "During handling of the above exception"."""
+    pytester.makeconftest(WRONG_CONFTEST)
+    pytester.makepyfile(test_suite=attention_suite("prefill"))
+    result = pytester.runpytest("-p", "no:cacheprovider", "--attn-profile=cpu", "--attn-backends=wrong",
+                                "-k", "tiny-mha-fp32-full-fwd and not fwdbwd")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    out = result.stdout.str()
+    assert out.count("wrong-tiny-mha-fp32-full-fwd fails its check") + out.count("gives a wrong result") <= 2, out
+    assert "During handling of the above exception" not in out

@@ -35,6 +35,32 @@ class ArmError(Exception):
     """An arm died, hung, or answered with an error; the message names the arm and quotes its log."""
 
 
+#: What :func:`probe_environment` runs in an arm's environment: the libraries an arm cannot work without.
+PROBE = ("import sys; del sys.path[0]; sys.path.append(sys.argv[1]); import json, torch, pytest_attn; "
+         "print(json.dumps({'python': sys.executable, 'torch': torch.__version__}))")
+
+
+def probe_environment(spec: ArmSpec, timeout_s: float = 120.0) -> str:
+    """Why an arm's environment cannot run an arm (not a Python, no torch, pytest-attn not importable), or "".
+    At start-up, in a few seconds: otherwise every case fails in turn, its worker started again each time."""
+    if not spec.python and not spec.path:
+        return ""  # this environment: it runs the controller already
+    python = spec.python or sys.executable
+    parent = str(Path(pytest_attn.__file__).resolve().parents[1])
+    try:
+        done = subprocess.run([python, "-c", PROBE, parent], capture_output=True, text=True, timeout=timeout_s,
+                              env=arm_environment(spec, dict(os.environ)))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{python} cannot be run as Python ({type(exc).__name__}: {exc})"
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or done.stdout.strip().splitlines() or ["(no output)"])[-1]
+        return f"{python} cannot run an arm: {tail[:300]}"
+    if not done.stdout.strip().startswith("{"):
+        return (f"{python} ran, but printed {done.stdout.strip()[:80]!r} where a Python with torch and pytest-attn"
+                " prints their versions: is it a Python?")
+    return ""
+
+
 def arm_environment(spec: ArmSpec, base: dict[str, str]) -> dict[str, str]:
     """The worker's environment: ``base`` with the arm's folder first on PYTHONPATH. Pure."""
     env = dict(base)
@@ -65,7 +91,11 @@ class ArmProcess:
             raise ArmError(f"arm {self.label} ({self.spec.text}): cannot start {python}: {exc}") from None
         finally:
             log.close()
-        self.about = self._exchange({"op": "hello", **self._hello})
+        try:
+            self.about = self._exchange({"op": "hello", **self._hello})
+        except ArmError:
+            self.close()  # a worker that could not say hello is no worker: the next case starts another
+            raise
         if self.about.get("protocol") != PROTOCOL:
             found = self.about.get("pytest_attn", "?")
             self.close()

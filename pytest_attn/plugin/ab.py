@@ -25,7 +25,7 @@ from ..core.codec import case_from_dict, case_to_dict
 from ..core.device import DeviceInfo
 from ..core.record import Record
 from ..engine.arm import settings_to_json
-from ..engine.arms import ArmError, ArmProcess
+from ..engine.arms import ArmError, ArmProcess, probe_environment
 from ..engine.armspec import ArmSpec, builds_lines
 from ..engine.pairing import PairRule, PairRun, check_pair, run_pair
 from ..engine.settings import CaseFailed, CaseSkipped
@@ -194,10 +194,27 @@ def pytest_configure(config: pytest.Config) -> None:
     clash = [flag for dest, flag in REFUSED_WITH.items() if config.getoption(dest, None)]
     if clash:
         raise pytest.UsageError(f"--attn-ab compares two arms measured now; it does not go with {', '.join(clash)}")
+    _check_arms(config, specs)
     run = config.stash[AB_RUN] = AbRun(specs, config.getoption("attn_ab_threshold"), config.getoption("attn_fail_on"),
                                        terminal_say(config, "pytest-attn A/B"))
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(Collector(run), "pytest-attn-ab-collector")
+
+
+def _check_arms(config: pytest.Config, specs: tuple[ArmSpec, ArmSpec]) -> None:
+    """Each arm at start-up: its +backend= names a back end, and its environment can run an arm (a Python with
+    torch and pytest-attn); otherwise every case would fail in turn."""
+    names = config.stash[ATTN_SESSION].registry.names()
+    for label, spec in zip("AB", specs, strict=True):
+        if spec.backend and spec.backend not in names:
+            raise pytest.UsageError(f"--attn-ab: arm {label} ({spec.text}): +backend={spec.backend} is not a back end;"
+                                    f" known: {', '.join(names)}")
+        if not hasattr(config, "workerinput"):
+            why = probe_environment(spec)
+            if why:
+                raise pytest.UsageError(f"--attn-ab: arm {label} ({spec.text}): {why}. Give a Python environment with"
+                                        " torch (and the libraries under test), or a folder to put first on"
+                                        " PYTHONPATH")
 
 
 class Collector:

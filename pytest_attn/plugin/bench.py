@@ -252,7 +252,11 @@ def attn_bench(request: pytest.FixtureRequest, benchmark: Any, attn_device: Devi
         except CaseSkipped as exc:
             skip(str(exc))
         except CaseFailed as exc:
-            pytest.fail(str(exc), pytrace=False)
+            failed = str(exc)
+        else:
+            failed = ""
+        if failed:  # outside the except: pytest would print the message twice, "during handling of" the first
+            pytest.fail(failed, pytrace=False)
         record = _with_session_figures(session, record)
         _hand_over(request, benchmark, session, record, worker)
         if ab is not None:

@@ -29,7 +29,10 @@ def nothing_measured(session: pytest.Session, attn: AttnSession) -> None:
         counted[reason] = counted.get(reason, 0) + 1
     why = "; ".join(f"{n} x {r}" for r, n in sorted(counted.items(), key=lambda kv: -kv[1])[:4])
     more = f"; and {len(counted) - 4} more reasons (pytest -rs lists them)" if len(counted) > 4 else ""
-    line = (f"measured nothing: the {selected} attention case(s) selected were all skipped: {why}{more}" if selected
+    failed = selected - len(attn.skips)
+    how = f"{len(attn.skips)} skipped ({why}{more})" if attn.skips else ""
+    how = ", ".join(filter(None, [how, f"{failed} failed (above)" if failed > 0 else ""]))
+    line = (f"measured nothing: of the {selected} attention case(s) selected, {how}" if selected
             else "measured nothing: no attention case was selected (the profile's cases, narrowed by --attn-dtypes,"
                  " --attn-directions, --attn-backends, --attn-case or -k, left none for these tests)")
     asked = _needs_a_measured_case(config, attn)
