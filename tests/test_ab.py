@@ -431,3 +431,21 @@ def test_arms_that_cannot_run_are_refused_at_start_up(pytester):
         assert done.ret == pytest.ExitCode.USAGE_ERROR, arm
         done.stderr.fnmatch_lines([f"ERROR: --attn-ab: arm B ({arm}): *{says}*"])
         assert "passed" not in done.stdout.str() and "failed" not in done.stdout.str()
+
+
+def test_a_cut_short_a_b_does_not_say_no_regression(tmp_path):
+    """A cut-short A/B wrote a summary.md saying "no regression" about the cases it never reached, and ab.json
+    had no partial mark."""
+    from pytest_attn.verdicts.ab_reports import write_ab_reports
+
+    verdict = paired("t::a", [1.0] * 8, [1.001] * 8)
+    result = AbResult("t::a", "a", "g", "sdpa-math", verdict, 1e-3, 1.001e-3)
+    mark = {"reason": "interrupted (SIGTERM)", "cases_measured": 1, "cases_selected": 40}
+    write_ab_reports(tmp_path, [result], ["A: same", "B: same"], 0.02, partial=mark)
+    head = (tmp_path / "summary.md").read_text().splitlines()[0]
+    assert head == ("### pytest-attn A/B: partial run, no regression in the cases judged (interrupted (SIGTERM), 1 of"
+                    " 40 cases measured) (1 SAME)")
+    assert json.loads((tmp_path / "ab.json").read_text())["attn_partial"] == mark
+    write_ab_reports(tmp_path, [result], ["A: same", "B: same"], 0.02)
+    assert (tmp_path / "summary.md").read_text().startswith("### pytest-attn A/B: no regression (1 SAME)")
+    assert "attn_partial" not in json.loads((tmp_path / "ab.json").read_text())

@@ -31,8 +31,9 @@ from ..engine.pairing import PairRule, PairRun, check_pair, run_pair
 from ..engine.settings import CaseFailed, CaseSkipped
 from ..verdicts.ab_reports import markdown, terminal_lines, write_ab_reports
 from ..verdicts.paired import AbResult, paired
+from ..verdicts.runs import partial_note
 from .gate import append_job_summary, write_section
-from .session import AB_LINES, AB_RUN, ATTN_SESSION, AttnSession, terminal_say
+from .session import AB_LINES, AB_RUN, ATTN_SESSION, PARTIAL, AttnSession, terminal_say
 
 AB_PROPERTY = "pytest_attn_ab"
 AB_ARMS_PROPERTY = "pytest_attn_ab_arms"  # a worker's arm lines (what each arm runs), for the controller's summary
@@ -243,11 +244,15 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if hasattr(config, "workerinput") or not run.results:
         return
     lines = terminal_lines(run.results, run.lines(), run.threshold)
+    partial = config.stash.get(PARTIAL, None)
+    said = partial_note({"attn_partial": partial}) or "" if partial else ""
+    if said:
+        lines.append(f"  note: a partial run ({said}): the cases it did not reach were not judged")
     try:
         if (folder := config.getoption("attn_report", None)) is not None:
             lines += [f"  {w}" for w in write_ab_reports(folder, run.results, run.lines(), run.threshold,
-                                                         run.fail_on)]
-        append_job_summary(markdown(run.results, run.lines(), run.threshold, run.fail_on))
+                                                         run.fail_on, partial)]
+        append_job_summary(markdown(run.results, run.lines(), run.threshold, run.fail_on, said))
     except OSError as exc:
         lines.append(f"error: writing the A/B report failed: {exc.strerror or exc} ({exc.filename}); the verdicts"
                      " above stand")

@@ -237,7 +237,7 @@ def attn_bench(request: pytest.FixtureRequest, benchmark: Any, attn_device: Devi
         backend = session.registry.get(case.backend)
         if blocked := session.compiled.blocked.get(case.id):
             skip(blocked)
-        label = record_name(request.node.nodeid, config)
+        label, failed = record_name(request.node.nodeid, config), ""
         try:
             if check_only:  # --benchmark-disable: checked and run once, nothing timed
                 if ab is not None:  # by both arms
@@ -253,8 +253,6 @@ def attn_bench(request: pytest.FixtureRequest, benchmark: Any, attn_device: Devi
             skip(str(exc))
         except CaseFailed as exc:
             failed = str(exc)
-        else:
-            failed = ""
         if failed:  # outside the except: pytest would print the message twice, "during handling of" the first
             pytest.fail(failed, pytrace=False)
         record = _with_session_figures(session, record)

@@ -24,6 +24,7 @@ from ..backends.base import refusal
 from ..verdicts.runs import partial_note
 from .session import (
     ATTN_SESSION,
+    PARTIAL,
     SHARD,
     SIGNAL_GUARD,
     AttnSession,
@@ -32,7 +33,6 @@ from .session import (
     case_of_item,
 )
 
-PARTIAL = pytest.StashKey[dict[str, Any]]()
 HISTORY_NOTES = pytest.StashKey["list[str]"]()
 
 

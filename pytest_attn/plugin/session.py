@@ -224,6 +224,7 @@ SIGNAL_GUARD = pytest.StashKey[Any]()  # .signals.SignalsAsInterrupt, while the 
 AB_RUN = pytest.StashKey[Any]()  # --attn-ab: the plugin.ab.AbRun of this process
 AB_LINES = pytest.StashKey[list[str]]()  # --attn-ab: the A/B summary, once the session finished
 CPU_THREADS = pytest.StashKey[str]()  # what torch's CPU thread count was set to, and why (for the summary)
+PARTIAL = pytest.StashKey[dict[str, Any]]()  # a run cut short: why, cases measured and selected (plugin.history)
 
 
 def terminal_say(config: pytest.Config, prefix: str = "pytest-attn") -> Callable[[str], None]:

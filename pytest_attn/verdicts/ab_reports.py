@@ -8,9 +8,11 @@ import io
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ..core.files import write_atomic
 from .paired import AbResult
+from .runs import partial_note
 from .table import fmt_time
 
 HEADER = ("benchmark", "A", "B", "B/A time", "B/A cycles", "95% CI", "verdict", "clock A", "clock B", "pairs")
@@ -70,10 +72,14 @@ def terminal_lines(results: Sequence[AbResult], arms: Sequence[str], threshold: 
 
 
 def markdown(results: Sequence[AbResult], arms: Sequence[str], threshold: float,
-             fail_on: Sequence[str] = ("SLOWER",)) -> str:
+             fail_on: Sequence[str] = ("SLOWER",), partial: str = "") -> str:
+    """The A/B summary in Markdown; ``partial``: how the run was cut short (then it never says "no regression":
+    the cases it did not reach were not judged)."""
     out = io.StringIO()
     failing = sum(r.paired.verdict in fail_on for r in results)
-    out.write(f"### pytest-attn A/B: {'B is slower' if failing else 'no regression'} ({counts(results)})\n\n")
+    head = "B is slower" if failing else f"partial run, no regression in the cases judged ({partial})" if partial \
+        else "no regression"
+    out.write(f"### pytest-attn A/B: {head} ({counts(results)})\n\n")
     out.write("".join(f"- {a}\n" for a in arms) + f"- threshold {threshold:.1%}; verdicts from paired blocks\n"
               f"- {LEGEND}\n\n")
     out.write("| " + " | ".join(HEADER) + " |\n|" + "---|" * len(HEADER) + "\n")
@@ -106,12 +112,16 @@ def csv_text(results: Sequence[AbResult]) -> str:
 
 
 def write_ab_reports(folder: Path, results: Sequence[AbResult], arms: Sequence[str], threshold: float,
-                     fail_on: Sequence[str] = ("SLOWER",)) -> list[str]:
-    """summary.md, results.csv and ab.json into ``folder``; a "wrote PATH" line per file."""
+                     fail_on: Sequence[str] = ("SLOWER",), partial: dict[str, Any] | None = None) -> list[str]:
+    """summary.md, results.csv and ab.json into ``folder``; a "wrote PATH" line per file. ``partial``: the run
+    was cut short (``attn_partial``: why, cases measured and selected), said in the summary and ab.json."""
     folder.mkdir(parents=True, exist_ok=True)
-    files = {"summary.md": markdown(results, arms, threshold, fail_on), "results.csv": csv_text(results),
-             "ab.json": json.dumps({"arms": list(arms), "threshold": threshold,
-                                    "results": [r.to_json() for r in results]}, indent=1)}
+    said = partial_note({"attn_partial": partial}) or "" if partial else ""
+    doc: dict[str, Any] = {"arms": list(arms), "threshold": threshold, "results": [r.to_json() for r in results]}
+    if partial:
+        doc["attn_partial"] = partial
+    files = {"summary.md": markdown(results, arms, threshold, fail_on, said), "results.csv": csv_text(results),
+             "ab.json": json.dumps(doc, indent=1)}
     for name, text in files.items():
         write_atomic(folder / name, text)
     return [f"wrote {folder / name}" for name in files]
