@@ -100,3 +100,34 @@ def test_backend_names_resolve_against_the_registry():
 def test_time_cap_by_profile_and_override():
     assert opt.AttnOptions().max_time_for("cpu") == 0.5
     assert opt.AttnOptions(max_time_s=7.0).max_time_for("smoke") == 7.0
+
+
+def test_smaller_bad_values_are_refused_or_said(pytester):
+    """--attn-cpu-threads=999 on 2 cores, an --attn-case with both directions or a slash in its name, were taken;
+    --attn-timer=cuda-event on a CPU was ignored without a word."""
+    from factories import attention_suite
+
+    from pytest_attn.engine.threads import usable_cpus
+
+    pytester.makepyfile(test_suite=attention_suite("prefill"))
+    too_many = pytester.runpytest(f"--attn-cpu-threads={usable_cpus() + 1}")
+    too_many.stderr.fnmatch_lines([f"*--attn-cpu-threads={usable_cpus() + 1}: this process may use {usable_cpus()}"
+                                   f" CPUs; give at most {usable_cpus()}, or auto*"])
+    both = pytester.runpytest("--attn-case", "seqlen=128,heads=4,head_dim=32,fwd,fwd+bwd")
+    both.stderr.fnmatch_lines(["*give one direction, fwd or fwd+bwd (repeat --attn-case for both)*"])
+    slash = pytester.runpytest("--attn-case", "seqlen=128,heads=4,head_dim=32,name=a/b")
+    slash.stderr.fnmatch_lines(["*name='a/b' must have no spaces, slashes or brackets*"])
+    timed = pytester.runpytest("-p", "no:cacheprovider", "--attn-profile=cpu", "--attn-backends=sdpa-math",
+                               "--attn-timer=cuda-event", "-k", "tiny-mha-fp32-full-fwd and not fwdbwd",
+                               "--attn-baseline=off")
+    timed.stdout.fnmatch_lines(["note: --attn-timer=cuda-event has no effect on a CPU*"])
+
+
+def test_an_adhoc_decode_shape_is_a_decode_case():
+    """The README's decode --attn-case collected test_decode[NOTSET] and ran nothing on any machine."""
+    from pytest_attn.core.adhoc import parse_case
+
+    assert parse_case("seqlen_q=1,seqlen_k=8192,heads=32,kv_heads=8,head_dim=128,causal").shape.kind == "decode"
+    assert parse_case("seqlen_q=4,seqlen_k=4096,heads=28,kv_heads=4,head_dim=128,causal").shape.kind == "decode"
+    assert parse_case("seqlen=2048,heads=16,head_dim=128").shape.kind == "prefill"
+    assert parse_case("varlen=1,7,128,heads=8,head_dim=64").shape.kind == "varlen"

@@ -294,8 +294,10 @@ def test_a_fuzz_failure_reads_at_the_top_of_its_block_and_its_replay_loads_the_c
     assert "FAILED reach" not in result.stdout.str() and "ratio inf" not in result.stdout.str()
     command = replay.removeprefix("  replay: ")
     assert " --backends-from conftest.py '" in command
+    # the replay says "python", as a user's shell has it: here, this interpreter (its bin need not be on PATH)
+    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
     done = subprocess.run(command, shell=True, cwd=pytester.path, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "PATH": path})
     assert done.returncode == 1, done.stderr  # the same wrong result, on this machine
     assert done.stdout.startswith("wrong gives a wrong result on "), done.stdout + done.stderr
 

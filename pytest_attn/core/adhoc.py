@@ -18,6 +18,9 @@ from .catalog import Shape, Variant
 INTS = ("batch", "seqlen", "seqlen_q", "seqlen_k", "heads", "kv_heads", "head_dim", "head_dim_v")
 FIELDS = (*INTS, "varlen", "dtype", "window", "name")
 FLAGS = ("causal", "fwd", "fwd+bwd")
+#: A problem of this many queries or fewer against more keys is a decode step (suites/test_decode.py): one token,
+#: or a few of a speculative step, against a KV cache.
+DECODE_MAX_QUERIES = 16
 FORMS = ("batch=N, seqlen=N (or seqlen_q=N, seqlen_k=N), varlen=L1,L2,..., heads=N, kv_heads=N, head_dim=N,"
          " head_dim_v=N, dtype=" + "|".join(DTYPES) + ", window=LEFT or LEFT:RIGHT, name=TEXT; flags: causal,"
          " fwd, fwd+bwd")
@@ -119,8 +122,11 @@ def parse_case(spec: str) -> Variant:
     assert sq is not None and sk is not None
     name = values.get("name") or (
         f"adhoc-{'varlen' + str(len(varlen)) if varlen else f'b{batch}-sq{sq}-sk{sk}'}-h{heads}x{kv}-d{d}")
-    if any(c.isspace() for c in name):
-        raise AdhocError(f"--attn-case {spec!r}: name={name!r} must have no spaces")
+    if any(c.isspace() or c in "/\\[]" for c in name):
+        raise AdhocError(f"--attn-case {spec!r}: name={name!r} must have no spaces, slashes or brackets (it names"
+                         " the test and the files written for it)")
+    if "fwd" in flags and "fwd+bwd" in flags:
+        raise AdhocError(f"--attn-case {spec!r}: give one direction, fwd or fwd+bwd (repeat --attn-case for both)")
     shape = Shape(name, batch, sq, sk, heads, kv, d, "causal" in flags, f"--attn-case {spec}",
-                  seqlens=tuple(varlen))
+                  decode=not varlen and sq < sk and sq <= DECODE_MAX_QUERIES, seqlens=tuple(varlen))
     return Variant(shape, dtype, _mask(values, flags, spec), "fwd+bwd" if "fwd+bwd" in flags else "fwd")

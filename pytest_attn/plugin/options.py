@@ -9,6 +9,7 @@ is collected.
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from ..core.converters import option_value
 from ..core.percent import parse_percent
 from ..engine.armspec import parse_ab
 from ..engine.clocks import LockRequest, parse_lock
+from ..engine.threads import usable_cpus
 from ..engine.timers import TIMER_KINDS
 from ..verdicts.gate import DEFAULT_FAIL_ON, DEFAULT_THRESHOLD, parse_fail_on, parse_override
 from ..verdicts.paired import AB_THRESHOLD
@@ -110,7 +112,11 @@ def _head_dims(text: str) -> tuple[int, ...]:
 def _threads(text: str) -> str | int:
     if text == "auto":
         return "auto"
-    return positive_int("--attn-cpu-threads")(text)
+    threads = positive_int("--attn-cpu-threads")(text)
+    if threads > usable_cpus():
+        raise argparse.ArgumentTypeError(f"--attn-cpu-threads={threads}: this process may use {usable_cpus()} CPUs;"
+                                         f" give at most {usable_cpus()}, or auto (half of them)")
+    return threads
 
 
 def _shard(text: str) -> tuple[int, int]:

@@ -166,6 +166,9 @@ class AttnSession:
     @cached_property
     def settings(self) -> RunSettings:
         o = self.options
+        if o.timer not in ("auto", "cpu") and not self.device.is_cuda:
+            self.notes.append(f"--attn-timer={o.timer} has no effect on a CPU: every case is timed with"
+                              " time.perf_counter (the cpu timer)")
         return RunSettings(
             timer=o.timer,
             stop=StopRule(target_precision=o.precision, min_samples=o.min_samples,

@@ -32,9 +32,12 @@ def nothing_measured(session: pytest.Session, attn: AttnSession) -> None:
     failed = selected - len(attn.skips)
     how = f"{len(attn.skips)} skipped ({why}{more})" if attn.skips else ""
     how = ", ".join(filter(None, [how, f"{failed} failed (above)" if failed > 0 else ""]))
+    elsewhere = [f"--attn-case {v.shape.source.removeprefix('--attn-case ')!r} is a {v.shape.kind} problem: it runs"
+                 f" in suites/test_{v.shape.kind}.py" for v in attn.options.adhoc]
     line = (f"measured nothing: of the {selected} attention case(s) selected, {how}" if selected
             else "measured nothing: no attention case was selected (the profile's cases, narrowed by --attn-dtypes,"
-                 " --attn-directions, --attn-backends, --attn-case or -k, left none for these tests)")
+                 " --attn-directions, --attn-backends, --attn-case or -k, left none for these tests)"
+                 + "".join(f"; {e}" for e in elsewhere))
     asked = _needs_a_measured_case(config, attn)
     if asked:
         line = f"error: {line}; the run was asked for {', '.join(asked)}, which needs a measured case"
