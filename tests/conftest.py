@@ -26,6 +26,7 @@ def _not_an_xdist_worker(monkeypatch):
     disables itself where it sees ``PYTEST_XDIST_WORKER``, and the plugin's workers would read the rest."""
     for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("COLUMNS", raising=False)  # (pytest-xdist sets it in workers): a child's lines stay whole
 
 
 def _warm_child_imports() -> None:

@@ -4,12 +4,20 @@ notes that say which figures to doubt. Pure, over result records."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from factories import H200, record
 
 from pytest_attn.core.metrics import Ceilings, ceiling_share
 from pytest_attn.core.record import TimingCheck
 from pytest_attn.verdicts.table import fmt_time, render
+
+
+def _cells(lines, backend):
+    """The cells of ``backend``'s row by column name (columns are two or more spaces apart)."""
+    header = next(line for line in lines if line.strip().startswith("backend"))
+    row = next(line for line in lines if line.strip().startswith(backend + " "))
+    return dict(zip(re.split(r"\s{2,}", header.strip()), re.split(r"\s{2,}", row.strip()), strict=True))
 
 
 def test_time_format():
@@ -29,10 +37,10 @@ def test_groups_sit_side_by_side_fastest_first():
 
 
 def test_unknown_clock_and_time_cap_are_said():
-    text = "\n".join(render([record("sdpa-math", 5e-3, clocks=(), stop="time-cap")], H200))
-    row = next(line for line in text.splitlines() if line.strip().startswith("sdpa-math"))
-    assert row.split()[8] == "n/a"  # MFU@clk without a clock reading
-    assert "stopped at the time-cap" in text
+    lines = render([record("sdpa-math", 5e-3, clocks=(), stop="time-cap")], H200)
+    cells = _cells(lines, "sdpa-math")
+    assert "MFU@clk" not in cells and "SM MHz" not in cells  # without a clock reading: n/a on every row, left out
+    assert "MFU" in cells and "stopped at the time-cap" in "\n".join(lines)
 
 
 def test_each_result_against_the_fastest_expression_of_the_same_mask():
@@ -40,10 +48,11 @@ def test_each_result_against_the_fastest_expression_of_the_same_mask():
     results = [record("flashinfer-custom", 5.3e-3, expression=custom),
                record("flash-attn", 1e-3, expression="causal=True"),
                record("flashinfer-packed", 1.2e-3, expression="packed_custom_mask (0.000131 GB, packed once)")]
-    text = "\n".join(render(results, H200))
-    rows = {line.split()[0]: line.split() for line in text.splitlines() if line.startswith("  flash")}
-    assert rows["flash-attn"][4] == "1.00x" and rows["flashinfer-custom"][4] == "5.30x"
-    assert rows["flash-attn"][5] == "n/a"  # sdpa-math did not run: no speedup
+    lines = render(results, H200)
+    text = "\n".join(lines)
+    assert _cells(lines, "flash-attn")["vs best"] == "1.00x"
+    assert _cells(lines, "flashinfer-custom")["vs best"] == "5.30x"
+    assert "speedup" not in _cells(lines, "flash-attn")  # sdpa-math did not run: n/a on every row, left out
     assert ("gpt2-small-bf16-causal-fwd: flashinfer-custom (custom_mask (dense bool, 0.001 GB, packed inside each"
             " call)): 5.30x slower than flash-attn (causal=True) for the same mask") in text
     assert "flashinfer-packed (" not in text.split("slow paths")[1]  # 1.2x is under the 1.5x threshold
@@ -56,9 +65,9 @@ def test_share_of_the_measured_ceiling_by_bound_and_the_timing_self_check_line()
     ceilings = Ceilings({"bf16": compute.figures.tflops * 2}, copy_tbps=4.0)
     compute = dataclasses.replace(compute, ceilings=ceiling_share(compute.figures.tflops, compute.figures.tbps,
                                                                   "bf16", ceilings))
-    text = "\n".join(render([compute], H200))
-    row = next(line for line in text.splitlines() if line.strip().startswith("sdpa-cudnn")).split()
-    assert row[9] == "50.0%"  # "of ceil", after MFU@clk
+    lines = render([compute], H200)
+    text = "\n".join(lines)
+    assert _cells(lines, "sdpa-cudnn")["of ceil"] == "50.0%"
     assert "timing self-check" not in text
     checked = [dataclasses.replace(compute, timing_check=TimingCheck(192e-6, 190e-6)),
                dataclasses.replace(record("flex", 1e-3), timing_check=TimingCheck(1e-3, 0.8e-3))]
@@ -84,7 +93,28 @@ def test_a_memory_bound_problem_reads_tb_per_s_against_the_copy_ceiling_first():
     case = decode_shape(QWEN25_7B, 4096, 64).case("flash-attn-kvcache", "bf16", Mask.causal(), "fwd")
     decode = record("flash-attn-kvcache", 100e-6, case=case)
     assert decode.figures.bound == "memory"
-    header = next(line for line in render([decode], H200) if line.strip().startswith("backend"))
-    assert header.split()[:9] == ["backend", "median", "±95%", "vs", "best", "speedup", "TB/s", "of", "ceil"]
-    prefill = next(line for line in render([record("flash-attn", 1e-3)], H200) if line.strip().startswith("backend"))
-    assert prefill.split()[6] == "TFLOP/s"
+    header = list(_cells(render([decode], H200), "flash-attn-kvcache"))
+    assert header[:5] == ["backend", "median", "±95%", "vs best", "TB/s"]  # (speedup: n/a, left out)
+    assert header.index("TB/s") < header.index("TFLOP/s")
+    assert list(_cells(render([record("flash-attn", 1e-3)], H200), "flash-attn"))[4] == "TFLOP/s"
+
+
+def test_a_table_wider_than_the_terminal_loses_its_least_needed_columns_and_says_which():
+    """At 120 columns the GPU table (15 columns, about 145 wide) drops FLOP/B and bound first; a note names what
+    went and where it still is; prose is wrapped; without a width nothing is dropped."""
+    ceilings = Ceilings({"bf16": 750.0}, copy_tbps=4.0)
+
+    def full(backend, median_s):
+        r = record(backend, median_s)
+        return dataclasses.replace(r, peak_memory_bytes=64 << 20, ceilings=ceiling_share(
+            r.figures.tflops, r.figures.tbps, "bf16", ceilings))
+
+    results = [full("sdpa-cudnn", 192e-6), full("flash-attn-varlen", 1.56e-3), full("sdpa-math", 55e-3)]
+    wide = render(results, H200)
+    assert max(map(len, wide)) > 120 and "FLOP/B" in "\n".join(wide)
+    fitted = render(results, H200, width=120)
+    assert max(map(len, fitted)) <= 120
+    assert "FLOP/B" not in _cells(fitted, "sdpa-cudnn") and "median" in _cells(fitted, "sdpa-cudnn")
+    assert any(line.startswith("note: left out to fit 120 columns: FLOP/B") for line in fitted)
+    narrow = render(results, H200, width=40)  # no column set fits: each row's name gets a line of its own
+    assert "  sdpa-cudnn" in narrow

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
@@ -34,6 +35,7 @@ from ..verdicts.peers import peers_of
 from . import hookspecs
 from .ab import ab_run, hand_over
 from .benchjson import benchmark_metadata
+from .detect import attention_file
 from .gate import timer_pins
 from .options import AttnOptions, add_options, given
 from .progress import Progress
@@ -84,8 +86,9 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     session = AttnSession(config, AttnOptions.of(config), GateOptions.of(config))
     config.stash[ATTN_SESSION] = session
-    if given(config):
-        prepare_attention_run(config)
+    why = _attention_run(config)
+    if why:
+        prepare_attention_run(config, why)
     # registration and every name option checked at start-up: in an attention run, or where a conftest or
     # plugin registers back ends (elsewhere nothing names one, and the registry is not built)
     if config.stash.get(ATTENTION_RUN, False) or config.hook.pytest_attn_register_backends.get_hookimpls():
@@ -93,6 +96,19 @@ def pytest_configure(config: pytest.Config) -> None:
     if not is_worker(config) and _is_attention_suite(config):
         configure_controller(config)
     _lock_clocks(config, session)
+
+
+def _attention_run(config: pytest.Config) -> str:
+    """Why this session is an attention run, or "" (see :mod:`.detect`)."""
+    flags = given(config)
+    if flags:
+        return f"{flags[0]} was given"
+    hooks = config.hook.pytest_attn_register_backends.get_hookimpls()
+    if hooks:
+        return f"{hooks[0].plugin_name.split('/')[-1]} registers back ends"
+    patterns = config.getini("python_files") or ["test_*.py", "*_test.py"]
+    found = attention_file([Path(a.split("::")[0]) for a in config.args], patterns)
+    return f"{found} takes pytest-attn's fixtures" if found is not None else ""
 
 
 def _lock_clocks(config: pytest.Config, session: AttnSession) -> None:

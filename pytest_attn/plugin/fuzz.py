@@ -16,6 +16,7 @@ import pytest
 
 from ..core.device import DeviceInfo
 from ..fuzz.example import FuzzFailure
+from .gate import write_section
 from .options import given
 from .session import (
     ATTENTION_RUN,
@@ -175,13 +176,10 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     reaches = _reach(config)
     if not any(r.total or r.refused for r in reaches.values()):
         return
-    terminalreporter.write_sep("=", "pytest-attn fuzz")
-    terminalreporter.write_line(f"hypothesis profile: {config.stash.get(FUZZ_PROFILE, '?')}; examples that ran per"
-                                " back end and direction, by relation of key to query lengths (self: equal,"
-                                " prefix: cached keys before the queries, decode: 1-4 queries, cross: unrelated,"
-                                " serving: ragged KV caches with appends):")
-    for (name, direction), reach in sorted(reaches.items()):
-        terminalreporter.write_line(f"  {name} {direction}: {reach.describe()}")
-    for line in _unreached(config):
-        terminalreporter.write_line(f"FAILED reach: {line}; the back end refuses these drawn cases or the"
-                                    " strategy never draws them", red=True)
+    lines = [f"hypothesis profile: {config.stash.get(FUZZ_PROFILE, '?')}; examples that ran per back end and"
+             " direction, by relation of key to query lengths (self: equal, prefix: cached keys before the queries,"
+             " decode: 1-4 queries, cross: unrelated, serving: ragged KV caches with appends):"]
+    lines += [f"  {name} {direction}: {reach.describe()}" for (name, direction), reach in sorted(reaches.items())]
+    lines += [f"FAILED reach: {line}; the back end refuses these drawn cases or the strategy never draws them"
+              for line in _unreached(config)]
+    write_section(terminalreporter, "pytest-attn fuzz", lines)

@@ -27,10 +27,11 @@ from ..core.record import Record, TimerPin
 from ..verdicts.baseline import BaselineError, baseline_path, load_baseline, save_baseline
 from ..verdicts.fingerprint import Fingerprint, fingerprint_of
 from ..verdicts.gating import Outcome, by_device, gate
+from ..verdicts.layout import wrap
 from ..verdicts.reports import markdown, write_reports
 from ..verdicts.runs import benches
 from .benchjson import run_json
-from .session import AB_RUN, ATTN_SESSION, CPU_THREADS, GATE_LINES, AttnSession, attn_session
+from .session import AB_RUN, ATTN_SESSION, CPU_THREADS, GATE_LINES, AttnSession, attn_session, terminal_width
 
 GIVEN_BASELINE = pytest.StashKey[dict[str, Any]]()
 TIMER_PINS = pytest.StashKey[dict[str, TimerPin]]()
@@ -282,10 +283,10 @@ def append_job_summary(markdown_text: str) -> None:
 
 
 def write_section(terminalreporter: Any, title: str, lines: list[str]) -> None:
-    """A titled section of the terminal summary, where there are lines."""
+    """A titled section of the terminal summary, where there are lines, wrapped to the terminal's width."""
     if lines:
         terminalreporter.write_sep("=", title)
-        for line in lines:
+        for line in wrap(lines, terminal_width(terminalreporter.config)):
             terminalreporter.write_line(line)
 
 

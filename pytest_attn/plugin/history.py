@@ -22,6 +22,7 @@ import pytest
 
 from ..backends.base import refusal
 from ..verdicts.runs import partial_note
+from .gate import write_section
 from .session import (
     ATTN_SESSION,
     PARTIAL,
@@ -211,7 +212,4 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if partial is not None and config.stash.get(ATTN_SESSION, None) is not None and attn_session(config).records:
         notes = [*notes, f"this run is partial ({partial_note({'attn_partial': partial})}): what it saved is marked"
                          " so, and a bare --benchmark-compare will skip it"]
-    if notes:
-        terminalreporter.write_sep("=", "pytest-attn history")
-        for line in notes:
-            terminalreporter.write_line(line)
+    write_section(terminalreporter, "pytest-attn history", notes)

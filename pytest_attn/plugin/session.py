@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -227,7 +229,16 @@ SIGNAL_GUARD = pytest.StashKey[Any]()  # .signals.SignalsAsInterrupt, while the 
 AB_RUN = pytest.StashKey[Any]()  # --attn-ab: the plugin.ab.AbRun of this process
 AB_LINES = pytest.StashKey[list[str]]()  # --attn-ab: the A/B summary, once the session finished
 CPU_THREADS = pytest.StashKey[str]()  # what torch's CPU thread count was set to, and why (for the summary)
+ATTENTION_WHY = pytest.StashKey[str]()  # why the session is an attention run (plugin.detect), for the summary
 PARTIAL = pytest.StashKey[dict[str, Any]]()  # a run cut short: why, cases measured and selected (plugin.history)
+
+
+def terminal_width(config: pytest.Config) -> int | None:
+    """The terminal's width in columns where the output goes to one (or ``COLUMNS`` says its width); None for a
+    pipe or a log file, whose lines stay whole (a CI log is searched, not read at a width)."""
+    if not (sys.stdout.isatty() or os.environ.get("COLUMNS")):
+        return None
+    return int(config.get_terminal_writer().fullwidth)
 
 
 def terminal_say(config: pytest.Config, prefix: str = "pytest-attn") -> Callable[[str], None]:
@@ -275,25 +286,54 @@ def fuzz_targets(config: pytest.Config) -> list[tuple[str, str]]:
     return targets
 
 
-def prepare_attention_run(config: pytest.Config) -> None:
-    """Call from a benchmark suite's ``conftest.py`` (``pytest_configure``, ``tryfirst=True``): marks the
-    session as an attention run, so pytest-benchmark's ``machine_info`` gets the GPU and, on a GPU, its
-    local history is kept per GPU model (``.benchmarks/<gpu-key>/``, unless ``--benchmark-storage`` is
-    given) -- two GPUs' runs are never compared. The plugin does the same when an ``--attn-*`` option
-    is given. Costs an NVML query (no CUDA context). The fuzz wiring then loads pytest-attn's Hypothesis
-    profile for the run (``gpu`` where NVML sees a GPU, ``ci`` without), and the libraries' warnings that
-    are not the user's business (:data:`~pytest_attn.backends.QUIET_WARNINGS`) are filtered."""
+def prepare_attention_run(config: pytest.Config, why: str = "a conftest called prepare_attention_run") -> None:
+    """Prepare an attention run; the plugin calls it at configure wherever the session is one
+    (:mod:`.detect`: an ``--attn-*`` option, a back end registered, a test file taking pytest-attn's fixtures),
+    so a project of one's own needs no conftest call. What it sets: pytest-benchmark's ``machine_info`` gets
+    the GPU; the run is saved for a later ``--benchmark-compare`` (pytest-benchmark's autosave, unless
+    ``--benchmark-disable``, ``--benchmark-save`` or ``--benchmark-autosave`` decide otherwise), on a GPU per
+    GPU model (``.benchmarks/<gpu-key>/``, unless ``--benchmark-storage`` is given: two GPUs' runs are never
+    compared); pytest-benchmark's own tables are left out (the plugin's table has the same figures and more;
+    any ``--benchmark-columns``, ``--benchmark-group-by``, ``--benchmark-verbose`` or ``--benchmark-histogram``
+    brings them back); torch's CPU threads on a machine without a GPU (``--attn-cpu-threads``); pytest-attn's
+    Hypothesis profile for the fuzz tests; the libraries' warnings that are not the user's business
+    (:data:`~pytest_attn.backends.QUIET_WARNINGS`) filtered. Costs an NVML query (no CUDA context); the
+    summary's first line says what was set and ``why``."""
     if config.stash.get(ATTENTION_RUN, False):
         return
     if not config.pluginmanager.is_registered(sys.modules["pytest_attn.plugin"]):
         raise pytest.UsageError(NOT_LOADED)  # at start-up, not as a KeyError while collecting
     config.stash[ATTENTION_RUN] = True
+    config.stash[ATTENTION_WHY] = why
     for quiet in QUIET_WARNINGS:  # e.g. the CuTe DSL's note on every FA4 kernel it compiles
         config.addinivalue_line("filterwarnings", quiet.ini_line())
     found = config.stash[VISIBLE_GPUS] = visible_devices()
     config.stash[CPU_THREADS] = _cpu_threads(config.getoption("attn_cpu_threads", "auto"), has_gpu=bool(found))
     if found and config.getoption("benchmark_storage", DEFAULT_STORAGE) == DEFAULT_STORAGE:
         config.option.benchmark_storage = f"{DEFAULT_STORAGE}/{gpu_key(found[0].name)}"
+    _benchmark_options(config)
+
+
+#: pytest-benchmark options that ask for its own tables: given, they are shown.
+TABLE_OPTIONS = ("--benchmark-columns", "--benchmark-group-by", "--benchmark-verbose", "--benchmark-histogram",
+                 "--benchmark-sort", "--benchmark-name", "--benchmark-cprofile")
+
+
+def _benchmark_options(config: pytest.Config) -> None:
+    """Autosave for ``--benchmark-compare``, and pytest-benchmark's tables quiet unless asked for (set before
+    pytest-benchmark reads its options, at the end of configure)."""
+    disabled = config.getoption("benchmark_disable", False)
+    if not disabled and not config.getoption("benchmark_autosave", False) and \
+            not config.getoption("benchmark_save", None) and not hasattr(config, "workerinput"):
+        from pytest_benchmark.utils import get_tag  # the name --benchmark-autosave itself uses
+
+        config.option.benchmark_autosave = get_tag()
+        # a run that measured nothing says so itself (plugin.summary): pytest-benchmark's warning, which it gives
+        # after pytest's own warning capture has ended, would only repeat it
+        warnings.filterwarnings("ignore", message="Not saving anything, no benchmarks have been run")
+    args = [str(a) for a in config.invocation_params.args]
+    if not any(a.startswith(TABLE_OPTIONS) for a in args):
+        config.option.benchmark_quiet = True
 
 
 def _cpu_threads(option: str | int, has_gpu: bool) -> str:

@@ -8,8 +8,17 @@ from typing import Any
 
 import pytest
 
+from ..verdicts.layout import wrap
 from ..verdicts.table import render, time_lines
-from .session import ATTN_SESSION, CPU_THREADS, AttnSession, case_of_item
+from .session import (
+    ATTENTION_RUN,
+    ATTENTION_WHY,
+    ATTN_SESSION,
+    CPU_THREADS,
+    AttnSession,
+    case_of_item,
+    terminal_width,
+)
 
 NOTHING_MEASURED = pytest.StashKey[str]()
 
@@ -57,28 +66,51 @@ def _needs_a_measured_case(config: pytest.Config, attn: AttnSession) -> list[str
         ("--attn-ab", config.getoption("attn_ab", None) is not None)) if on]
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_report_header(config: pytest.Config) -> Any:
+    """In an attention run, the header lines that plugins give (pytest-benchmark's defaults line is 176
+    characters) wrapped to the terminal's width."""
+    lines = yield
+    if not config.stash.get(ATTENTION_RUN, False):
+        return lines
+    width = terminal_width(config)
+    return [wrap([x], width) if isinstance(x, str) else wrap(list(x), width) for x in lines]
+
+
+def run_line(config: pytest.Config, session: AttnSession) -> str:
+    """What the run was: the profile, the back ends that ran (the others counted, not listed: most cannot run
+    on every machine), torch's CPU threads, and why the plugin treated the session as an attention run."""
+    ran = sorted({r.case.backend for r in session.records}, key=session.backends.index)
+    others = len(session.backends) - len(ran)
+    more = f" ({others} more selected did not run here: pytest -rs says why)" if others else ""
+    threads = config.stash.get(CPU_THREADS, "torch's default")
+    why = config.stash.get(ATTENTION_WHY, "")
+    return (f"profile: {session.profile}; back ends that ran: {', '.join(ran) or 'none'}{more}; torch CPU threads:"
+            f" {threads}" + (f"; an attention run because {why}" if why else ""))
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     session = config.stash.get(ATTN_SESSION, None)
     nothing = config.stash.get(NOTHING_MEASURED, "")
+    width = terminal_width(config)
     if nothing:
         terminalreporter.write_sep("=", "pytest-attn summary")
-        terminalreporter.write_line(nothing)
+        for line in wrap([nothing], width):
+            terminalreporter.write_line(line)
         return
     if session is None or not (session.records or session.skips or session.compiled.builds):
         return
     terminalreporter.write_sep("=", "pytest-attn summary")
     devices = list({r.device.uuid or r.device.name: r.device for r in session.records}.values())
     device = session.device_if_probed or (devices[0] if devices else None)
-    lines = render(session.records, device, session.skips, session.options.speedup_vs)
+    lines = render(session.records, device, session.skips, session.options.speedup_vs, width)
     if len(devices) > 1:
         lines.insert(0, "measured on " + "; ".join(f"GPU {d.host_index}: {d.name} ({d.uuid})" if d.is_cuda
                                                    else d.describe() for d in devices))
-    threads = config.stash.get(CPU_THREADS, "torch's default")
-    lines.insert(0, f"profile: {session.profile}; back ends: {', '.join(session.backends)}; torch CPU threads:"
-                    f" {threads}")
+    lines.insert(0, run_line(config, session))
     wall = session.wall.line(sum(r.timing.elapsed_s for r in session.records))
     lines[1:1] = [*session.ceilings.lines(), *session.compiled.lines(), *time_lines(session.records),
                   *([wall] if wall else [])]
     lines.extend(f"note: {n}" for n in session.notes)
-    for line in lines:
+    for line in wrap(lines, width):
         terminalreporter.write_line(line)

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 
 from ..core.device import DeviceInfo
 from ..core.record import Peers, Record
+from .layout import fit_table, wrap
 from .peers import peers_of, slow_path_lines
 
 COLUMNS = ("backend", "median", "±95%", "vs best", "speedup", "TFLOP/s", "MFU", "MFU@clk", "of ceil", "SM MHz",
@@ -15,6 +16,9 @@ COLUMNS = ("backend", "median", "±95%", "vs best", "speedup", "TFLOP/s", "MFU",
 #: A memory-bound problem (decode) reads TB/s against the copy ceiling first.
 MEMORY_COLUMNS = ("backend", "median", "±95%", "vs best", "speedup", "TB/s", "of ceil", "TFLOP/s", "MFU", "MFU@clk",
                   "SM MHz", "FLOP/B", "bound", "peak mem", "timer")
+#: What goes first where a table is wider than the terminal (every figure stays in the JSON and --attn-report).
+DROP_ORDER = ("FLOP/B", "bound", "SM MHz", "peak mem", "MFU@clk", "speedup", "of ceil", "vs best", "TB/s")
+MEMORY_DROP_ORDER = ("FLOP/B", "bound", "SM MHz", "MFU@clk", "MFU", "TFLOP/s", "peak mem", "speedup", "vs best")
 
 
 def fmt_time(seconds: float) -> str:
@@ -101,15 +105,6 @@ def result_notes(r: Record) -> list[str]:
     return notes
 
 
-def _table(rows: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = []
-    for r in rows:
-        cells = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))]
-        lines.append(indent + "  ".join(cells).rstrip())
-    return lines
-
-
 def time_lines(results: Sequence[Record]) -> list[str]:
     """Where a run's time went: setting cases up (inputs, plans, first calls -- where torch.compile and
     any JIT left to the first call compile), warming up, and sampling."""
@@ -138,19 +133,26 @@ def timing_check_line(results: Sequence[Record]) -> str | None:
 
 
 def render(results: Sequence[Record], device: DeviceInfo | None, skips: Iterable[str] = (),
-           reference: str = "sdpa-math") -> list[str]:
+           reference: str = "sdpa-math", width: int | None = None) -> list[str]:
     """Lines of the summary: a header, then one block per problem (group), the slow paths, the notes
-    and the skip reasons."""
+    and the skip reasons; within ``width`` columns where it is given (tables lose their emptiest and least
+    needed columns, a note says which, and prose is wrapped)."""
     lines = _header(results, device, reference)
     relative = peers_of(results, reference)
     groups: dict[str, list[Record]] = {}
     for r in results:
         groups.setdefault(r.case.group, []).append(r)
     notes: list[str] = []
+    dropped: list[str] = []
     for group, members in groups.items():
-        lines += _group(group, sorted(members, key=lambda r: r.median_s), relative)
+        block, gone = _group(group, sorted(members, key=lambda r: r.median_s), relative, width)
+        lines += block
+        dropped += [c for c in gone if c not in dropped]
         for r in members:
             notes.extend(n for n in result_notes(r) if n not in notes)
+    if dropped:
+        notes.append(f"left out to fit {width} columns: {', '.join(dropped)} (in the JSON and --attn-report; a wider"
+                     " terminal shows them)")
     slow = slow_path_lines(results, relative)
     if slow:
         lines += ["", "slow paths (the mask held as data, against the fastest expression of the same mask):"]
@@ -163,7 +165,7 @@ def render(results: Sequence[Record], device: DeviceInfo | None, skips: Iterable
     if reasons:
         lines += ["", "skipped:"]
         lines += [f"  {n} x {reason}" for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1])]
-    return lines
+    return wrap(lines, width)
 
 
 def _header(results: Sequence[Record], device: DeviceInfo | None, reference: str) -> list[str]:
@@ -185,14 +187,19 @@ def _header(results: Sequence[Record], device: DeviceInfo | None, reference: str
     return lines
 
 
-def _group(group: str, members: list[Record], relative: dict[str, Peers]) -> list[str]:
-    """One problem: its description, then a row per back end, fastest first, and how each held the mask."""
+def _group(group: str, members: list[Record], relative: dict[str, Peers],
+           width: int | None = None) -> tuple[list[str], list[str]]:
+    """One problem: its description, then a row per back end, fastest first, and how each held the mask;
+    and the columns left out to fit ``width``."""
     first = members[0]
     lines = ["", f"{group}: {first.case.describe()}, {first.work.flops / 1e9:,.3f} GFLOP per call"]
     rows = [row(r, relative[r.name].slowdown, relative[r.name].speedup) for r in members]
-    columns = MEMORY_COLUMNS if all(r.figures.bound == "memory" for r in members) else COLUMNS
+    memory = all(r.figures.bound == "memory" for r in members)
+    columns = MEMORY_COLUMNS if memory else COLUMNS
     order = [COLUMNS.index(c) for c in columns]
-    lines += _table([columns, *(tuple(cells[i] for i in order) for cells in rows)])
+    table, dropped = fit_table([columns, *(tuple(cells[i] for i in order) for cells in rows)], width,
+                               MEMORY_DROP_ORDER if memory else DROP_ORDER)
+    lines += table
     if len({r.expression for r in members if r.expression}) > 1:
         lines.append("  mask as: " + "; ".join(f"{r.case.backend}: {r.expression}" for r in members if r.expression))
-    return lines
+    return lines, dropped
