@@ -152,12 +152,12 @@ def test_a_clean_rerun_is_same_and_five_percent_injected_is_slower(run, pytester
     count = _baseline(run, pytester)
     clean = run()
     assert clean.ret == pytest.ExitCode.OK
-    clean.stdout.fnmatch_lines([f"against */b/{KEY}/baseline.json: {count} SAME",
+    clean.stdout.fnmatch_lines([f"against */b/{KEY}/baseline.json at a 5.0% threshold: {count} SAME",
                                 "*between-run noise measured from repeats*"])
     slower = run("--attn-inject-slowdown=5%", "--attn-report=rep")
     assert slower.ret == pytest.ExitCode.TESTS_FAILED
-    slower.stdout.fnmatch_lines([f"against */b/{KEY}/baseline.json: {count} SLOWER",
-                                 "  SLOWER: test_attn?steady-*: moved +5.*% against noise of +-*",
+    slower.stdout.fnmatch_lines([f"against */b/{KEY}/baseline.json at a 5.0% threshold: {count} SLOWER",
+                                 "  test_attn?steady-*  +5.*%  +-*  SLOWER",
                                  f"failed: {count} SLOWER (--attn-fail-on=slower,timer)"])
     summary = (pytester.path / "rep" / "summary.md").read_text()
     assert summary.startswith(f"### pytest-attn: regression ({count} SLOWER)")
@@ -189,7 +189,7 @@ def test_an_outlier_repeat_is_refused_when_added_and_cannot_blind_the_gate(run, 
     assert all(len(b["extra_info"]["timing"]["repeats_s"]) == 2 for b in stored)  # as they were
     slower = run("--attn-inject-slowdown=300%")
     assert slower.ret == pytest.ExitCode.TESTS_FAILED
-    slower.stdout.fnmatch_lines([f"against */b/{KEY}/baseline.json: {count} SLOWER"])
+    slower.stdout.fnmatch_lines([f"against */b/{KEY}/baseline.json at a *: {count} SLOWER"])
 
 
 def test_a_stored_outlier_repeat_is_left_out_of_the_noise(run, pytester):
@@ -202,7 +202,7 @@ def test_a_stored_outlier_repeat_is_left_out_of_the_noise(run, pytester):
     path.write_text(json.dumps(data))
     slower = run("--attn-inject-slowdown=300%")
     assert slower.ret == pytest.ExitCode.TESTS_FAILED
-    slower.stdout.fnmatch_lines([f"against */b/{KEY}/baseline.json: {count} SLOWER"])
+    slower.stdout.fnmatch_lines([f"against */b/{KEY}/baseline.json at a *: {count} SLOWER"])
     assert run().ret == pytest.ExitCode.OK
 
 
@@ -487,8 +487,8 @@ def test_one_odd_repeat_of_two_cannot_blind_the_gate(run, pytester):
     path.write_text(json.dumps(data))
     slower = run("--attn-inject-slowdown=300%")
     assert slower.ret == pytest.ExitCode.TESTS_FAILED
-    slower.stdout.fnmatch_lines([f"against */b/{KEY}/baseline.json: {count - 1} SLOWER, 1 AMBIGUOUS",
-                                 "*AMBIGUOUS: *: its two stored repeats are 100x apart*add a third*"])
+    slower.stdout.fnmatch_lines([f"against */b/{KEY}/baseline.json at a *: {count - 1} SLOWER, 1 AMBIGUOUS",
+                                 "  test_*: its two stored repeats are 100x apart*add a third*"])
 
 
 def test_a_bad_benchmark_storage_stops_the_run_at_start_up(run, pytester):

@@ -39,6 +39,8 @@ def test_reports(run):
     rows = csv_text(comparisons).splitlines()
     assert rows[0].startswith("benchmark,group,backend,baseline_s,current_s,change,verdict") and len(rows) == 5
     lines = terminal_lines(comparisons, "base.json")
-    assert lines[0] == "against base.json: 1 SLOWER, 3 SAME"
-    assert any(line.startswith(f"  SLOWER: {HUNYUAN}: moved +8.0% against noise of +-5.0% (3 sigma, both runs) and"
-                               " a threshold of 5.0%") for line in lines)
+    assert lines[0] == "against base.json at a 5.0% threshold: 1 SLOWER, 3 SAME"
+    row = next(line for line in lines if HUNYUAN in line)
+    assert row.split()[1:] == ["399.671", "ms", "431.645", "ms", "+8.0%", "+-5.0%", "SLOWER"]  # each verdict once
+    assert sum(HUNYUAN in line for line in lines) == 1
+    assert any(line.startswith("  SLOWER / FASTER: moved by the noise column") for line in lines)

@@ -221,7 +221,7 @@ def _gate_one(config: pytest.Config, attn: AttnSession, fp: Fingerprint, records
         base, name = {"benchmarks": []}, "none"  # a report still has the figures: every result NEW
     assert base is not None
     outcome = gate(records, base, name, fp, options.thresholds, options.fail_on,
-                   named=options.baseline != "auto" or options.dir_given)
+                   named=options.baseline != "auto" or options.dir_given, width=terminal_width(config))
     lines += outcome.lines
     if not _reports(attn, records, outcome, name, lines):
         return "error"

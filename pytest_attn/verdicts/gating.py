@@ -66,7 +66,7 @@ def refusal(base: dict[str, Any], name: str, fp: Fingerprint) -> tuple[str | Non
 
 
 def gate(records: Sequence[Record], base: dict[str, Any], name: str, fp: Fingerprint, thresholds: Thresholds,
-         fail_on: Sequence[str] = DEFAULT_FAIL_ON, named: bool = True) -> Outcome:
+         fail_on: Sequence[str] = DEFAULT_FAIL_ON, named: bool = True, width: int | None = None) -> Outcome:
     """Verdicts for ``records`` (one device model) against the run ``base``. ``named``: the user named
     the baseline (a run that matches none of it then fails); else it is the one stored for the device,
     and a run of another selection (one suite, ``-k serving``) is not gated, with a note saying so."""
@@ -88,7 +88,7 @@ def gate(records: Sequence[Record], base: dict[str, Any], name: str, fp: Fingerp
         notes.append(f"the baseline was recorded on another GPU of this model ({'; '.join(others)}): each case's"
                      f" noise includes {OTHER_GPU_NOISE:.1%} for the difference between two GPUs (measured on two"
                      " H100s); a baseline recorded on this GPU gates more sharply")
-    lines = terminal_lines(comparisons, name, notes)
+    lines = terminal_lines(comparisons, name, notes, width)
     failing = regressions(comparisons, fail_on)
     if old and not matched(comparisons):
         nothing = (f"no case of this run is in the baseline {name} ({len(old)} cases there, {len(new)} here):"

@@ -11,6 +11,7 @@ from pathlib import Path
 from ..core.files import write_atomic
 from ..core.record import Record
 from .gate import DEFAULT_FAIL_ON, Comparison
+from .layout import fit_table
 from .plots import write_plots
 from .table import fmt_time
 
@@ -52,15 +53,24 @@ def headline(comparisons: Sequence[Comparison], fail_on: Sequence[str] = DEFAULT
     return f"no regression in the cases compared; {counts(uncompared)} not compared" if uncompared else "no regression"
 
 
-def terminal_lines(comparisons: Sequence[Comparison], baseline: str, notes: Sequence[str] = ()) -> list[str]:
-    rows = [HEADER, *(_row(c) for c in comparisons)]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(HEADER))]
-    lines = [f"against {baseline}: {counts(comparisons)}"]
-    lines += ["  " + "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in
-                                enumerate(zip(r, widths, strict=True))) for r in rows]
-    for c in comparisons:
-        if c.verdict in EXPLAINED or c.notes:
-            lines.append(f"  {c.verdict}: {c.name.split('::')[-1]}: {explain(c)}")
+TERMINAL_HEADER = ("benchmark", "baseline", "current", "change", "noise", "cycles", "verdict")
+LEGEND = ("SLOWER / FASTER: moved by the noise column (3 sigma, both runs) and half the threshold or more; SAME: a"
+          " change of the threshold is ruled out; AMBIGUOUS: neither -- add repeats to the baseline"
+          " (--attn-add-to-baseline), sample longer (--attn-max-time) or lock the clocks")
+
+
+def terminal_lines(comparisons: Sequence[Comparison], baseline: str, notes: Sequence[str] = (),
+                   width: int | None = None) -> list[str]:
+    """The verdicts for a terminal: a line of counts, one row per benchmark (each verdict once), the legend,
+    and each case's notes where it has any (CLOCK, TIMER, an odd repeat, a time cap); within ``width``."""
+    thresholds = sorted({c.threshold for c in comparisons if c.threshold is not None})
+    said = f" at a {'/'.join(f'{t:.1%}' for t in thresholds)} threshold" if thresholds else ""
+    rows = [TERMINAL_HEADER, *(_row(c)[:len(TERMINAL_HEADER)] for c in comparisons)]
+    table, _ = fit_table(rows, width)
+    lines = [f"against {baseline}{said}: {counts(comparisons)}", *table]
+    if any(c.verdict in EXPLAINED for c in comparisons):
+        lines.append(f"  {LEGEND}")
+    lines += [f"  {c.name.split('::')[-1]}: {'; '.join(c.notes)}" for c in comparisons if c.notes]
     lines += [f"  note: {n}" for n in notes]
     return lines
 
