@@ -131,3 +131,52 @@ def test_an_adhoc_decode_shape_is_a_decode_case():
     assert parse_case("seqlen_q=4,seqlen_k=4096,heads=28,kv_heads=4,head_dim=128,causal").shape.kind == "decode"
     assert parse_case("seqlen=2048,heads=16,head_dim=128").shape.kind == "prefill"
     assert parse_case("varlen=1,7,128,heads=8,head_dim=64").shape.kind == "varlen"
+
+
+def test_torchs_dtype_names_are_taken_for_the_short_ones():
+    """float16 / bfloat16 / float32 (torch's names) were refused as unknown dtypes."""
+    from pytest_attn.core.adhoc import parse_case
+
+    assert opt.dtypes("float16,torch.bfloat16, FP32,half") == ("fp16", "bf16", "fp32", "fp16")
+    assert parse_case("seqlen=128,heads=4,head_dim=32,dtype=bfloat16").dtype == "bf16"
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown dtype 'float64'"):
+        opt.dtypes("float64")
+
+
+def test_a_misspelled_option_names_the_ones_it_may_mean():
+    """pytest said only "unrecognized arguments: --attn-profle=cpu"."""
+
+    def unknown(args):
+        return [a for a in args if a.startswith("--attn-")]  # the parser knows none of them
+
+    assert opt.misspelled(["--attn-profle=cpu", "-q"], unknown) == (
+        "unknown pytest-attn option --attn-profle: did you mean --attn-profile?")
+    assert "--attn-baselines-dir" in opt.misspelled(["--attn-basline-dir", "x"], unknown)
+    assert opt.misspelled(["--attn-xyzzy"], unknown) == (
+        "unknown pytest-attn option --attn-xyzzy: no such option (pytest --help lists the --attn-* options)")
+    assert opt.misspelled(["--attn-profile=cpu", "suites/"], unknown) is None  # ours: the parser is not asked
+    assert opt.misspelled(["--attn-mine=1"], lambda args: []) is None  # a conftest's own --attn-* option
+
+
+def test_a_misspelled_option_stops_the_run_at_start_up(pytester):
+    pytester.makeconftest("def pytest_addoption(parser):\n    parser.addoption('--attn-mine', default=None)\n")
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    wrong = pytester.runpytest("--attn-dtype=fp32")
+    assert wrong.ret == pytest.ExitCode.USAGE_ERROR
+    wrong.stderr.fnmatch_lines(["*unknown pytest-attn option --attn-dtype: did you mean --attn-dtypes?"])
+    assert pytester.runpytest("--attn-mine=1", "-p", "no:cacheprovider").ret == pytest.ExitCode.OK
+
+
+def test_the_command_line_tool_has_a_version_and_a_whole_help(capsys):
+    """``pytest-attn --help`` was cut off mid-sentence with raw markup, and there was no --version."""
+    from importlib import metadata
+
+    from pytest_attn.verdicts.cli import main
+
+    for flag, code in (("--help", 0), ("--version", 0)):
+        with pytest.raises(SystemExit) as done:
+            main([flag])
+        assert done.value.code == code
+    out = capsys.readouterr().out
+    assert f"pytest-attn {metadata.version('pytest-attn')}" in out
+    assert "``" not in out and "this tool works on their saved JSON." in " ".join(out.split())

@@ -303,6 +303,35 @@ def test_a_fuzz_failure_reads_at_the_top_of_its_block_and_its_replay_loads_the_c
     assert done.stdout.startswith("wrong gives a wrong result on "), done.stdout + done.stderr
 
 
+OWN_FUZZ_TEST = """
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+
+@settings(max_examples=20, database=None)
+@given(data=st.data())
+def test_my_kernel(attn_fuzzer, data):
+    attn_fuzzer.check("wrong", "fwd", data)
+"""
+
+
+@pytest.mark.slow
+def test_a_fuzz_failure_in_a_test_of_ones_own_reads_as_the_suites_do(pytester):
+    """A ``@given`` test of one's own around ``attn_fuzzer.check`` printed ~100 lines (the fuzzer's source, its
+    traceback, Hypothesis' dump of the draws); now the verdict, the worst element and the replay."""
+    pytester.makeconftest(WRONG_CONFTEST)
+    pytester.makepyfile(test_mine=OWN_FUZZ_TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    lines = result.stdout.lines
+    start = next(i for i, line in enumerate(lines) if "test_my_kernel" in line and line.startswith("_"))
+    end = next(i for i, line in enumerate(lines) if i > start and line.startswith("="))
+    block = [line for line in lines[start + 1 : end] if line.strip()]
+    assert block[0].startswith("wrong gives a wrong result on "), "\n".join(block)
+    assert block[1].startswith("  out: max |got - fp64| = ") and block[2].startswith("  replay: ")
+    assert len(block) == 3 and "Traceback" not in result.stdout.str(), "\n".join(block)
+
+
 def test_bad_thresholds_stop_at_start_up(pytester):
     pytester.makepyfile(test_suite=SUITE)
     result = pytester.runpytest("--attn-threshold=fast")

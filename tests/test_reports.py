@@ -44,3 +44,21 @@ def test_reports(run):
     assert row.split()[1:] == ["399.671", "ms", "431.645", "ms", "+8.0%", "+-5.0%", "SLOWER"]  # each verdict once
     assert sum(HUNYUAN in line for line in lines) == 1
     assert any(line.startswith("  SLOWER / FASTER: moved by the noise column") for line in lines)
+
+
+def test_advice_names_the_clocks_only_where_a_gpu_ran():
+    """A CPU run was told to "lock the clocks" for an AMBIGUOUS verdict."""
+    from factories import record
+
+    from pytest_attn.core.device import DeviceInfo
+    from pytest_attn.verdicts.runs import by_name
+
+    cpu = DeviceInfo("cpu", "Xeon", "2.13")
+    for device, says in ((cpu, "keep the machine otherwise idle"), (None, "lock the clocks (--attn-lock-clocks)")):
+        kw = {"device": device, "clocks": ()} if device else {}
+        base = by_name([record("sdpa-math", 1e-3, precision=0.05, stop="time-cap", **kw)])
+        now = by_name([record("sdpa-math", 1.04e-3, precision=0.05, stop="time-cap", **kw)])
+        comparisons = compare(base, now, Thresholds())
+        assert [c.verdict for c in comparisons] == ["AMBIGUOUS"]
+        text = "\n".join([*terminal_lines(comparisons, "b.json"), markdown(comparisons, "b.json")])
+        assert says in text and ("lock the clocks" in text) == (device is None), text

@@ -12,7 +12,7 @@ head_dim_v, dtype, window=LEFT or LEFT:RIGHT, name; flags: causal, fwd, fwd+bwd.
 
 from __future__ import annotations
 
-from .case import DTYPES, Mask
+from .case import DTYPES, Mask, canonical_dtype
 from .catalog import Shape, Variant
 
 INTS = ("batch", "seqlen", "seqlen_q", "seqlen_k", "heads", "kv_heads", "head_dim", "head_dim_v")
@@ -102,7 +102,7 @@ def parse_case(spec: str) -> Variant:
     ints = {k: _int(k, v, spec) for k, v in values.items() if k in INTS}
     if "heads" not in ints or "head_dim" not in ints:
         raise AdhocError(f"--attn-case {spec!r}: heads= and head_dim= are required; accepted: {FORMS}")
-    dtype = values.get("dtype", "bf16")
+    dtype = canonical_dtype(values.get("dtype", "bf16"))
     if dtype not in DTYPES:
         raise AdhocError(f"--attn-case {spec!r}: dtype={dtype!r} is not one of {', '.join(DTYPES)}")
     if varlen and ({"seqlen", "seqlen_q", "seqlen_k", "batch"} & set(ints)):

@@ -27,6 +27,16 @@ if TYPE_CHECKING:
 Dtype = Literal["fp16", "bf16", "fp32", "fp8"]
 DTYPES: tuple[str, ...] = ("fp16", "bf16", "fp32", "fp8")
 DTYPE_BYTES: dict[str, int] = {"fp16": 2, "bf16": 2, "fp32": 4, "fp8": 1}
+#: Other spellings of :data:`DTYPES` a user may type: torch's names, with or without ``torch.``.
+DTYPE_ALIASES: dict[str, str] = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float32": "fp32",
+                                 "float": "fp32", "float8_e4m3fn": "fp8", "e4m3": "fp8"}
+
+
+def canonical_dtype(name: str) -> str:
+    """``float16``, ``torch.bfloat16``, ``FP32`` -> the short name of :data:`DTYPES`; anything else unchanged
+    (the caller says what is valid)."""
+    key = name.strip().lower().removeprefix("torch.")
+    return DTYPE_ALIASES.get(key, key)
 
 Direction = Literal["fwd", "fwd+bwd"]
 DIRECTIONS: tuple[str, ...] = ("fwd", "fwd+bwd")

@@ -37,7 +37,7 @@ from .ab import ab_run, hand_over
 from .benchjson import benchmark_metadata
 from .detect import attention_file
 from .gate import timer_pins
-from .options import AttnOptions, add_options, given
+from .options import AttnOptions, add_options, given, misspelled
 from .progress import Progress
 from .session import (
     ATTENTION_RUN,
@@ -71,6 +71,17 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> Any:
+    """A misspelled ``--attn-*`` flag stops the run with the flags it may have meant (once the initial
+    conftests, which may add options, are loaded), not with pytest's bare "unrecognized arguments"."""
+    result = yield
+    message = misspelled(args, lambda words: parser.parse_known_and_unknown_args(words)[1])
+    if message:
+        raise pytest.UsageError(message)
+    return result
 
 
 @pytest.hookimpl(tryfirst=True)

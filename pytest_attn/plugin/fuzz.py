@@ -130,6 +130,31 @@ def attn_fuzzer(request: pytest.FixtureRequest, attn_device: DeviceInfo) -> Fuzz
     return FuzzCheck(fuzzer)
 
 
+def _fuzz_failures(exc: BaseException) -> list[FuzzFailure]:
+    """The wrong results an exception carries: itself, or every one of an exception group (Hypothesis raises a
+    group when it found several distinct failures) -- none where anything else failed too."""
+    if isinstance(exc, FuzzFailure):
+        return [exc]
+    members = getattr(exc, "exceptions", None)  # an exception group (the exceptiongroup backport on 3.10)
+    if not isinstance(members, (list, tuple)) or not members:
+        return []
+    found = [_fuzz_failures(e) for e in members]
+    return [f for fs in found for f in fs] if all(found) else []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A wrong result in a test of one's own (``@given`` around ``attn_fuzzer.check``) reads as the suite's do:
+    the verdict, the worst element and the replay -- not the fuzzer's source, its traceback and Hypothesis' dump
+    of the same draws (the shrunk case is in the report, and the replay runs it)."""
+    report = yield
+    if report.failed and call.excinfo is not None:
+        failures = _fuzz_failures(call.excinfo.value)
+        if failures:
+            report.longrepr = "\n\n".join(f.report for f in failures)
+    return report
+
+
 def _reach(config: pytest.Config) -> dict[tuple[str, str], Any]:
     """Each fuzzed back end and direction's :class:`~pytest_attn.fuzz.fuzzer.Reach`: this process's, and
     under pytest-xdist the controller's, from its workers."""

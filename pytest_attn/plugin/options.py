@@ -10,9 +10,10 @@ is collected.
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,7 +21,7 @@ from typing import Any, TypeVar
 import pytest
 
 from ..core.adhoc import AdhocError, parse_case
-from ..core.case import DIRECTIONS, DTYPES
+from ..core.case import DIRECTIONS, DTYPES, canonical_dtype
 from ..core.catalog import PROFILES, Variant
 from ..core.converters import option_value
 from ..core.percent import parse_percent
@@ -37,11 +38,12 @@ T = TypeVar("T")
 DEFAULTS: dict[str, tuple[str, Any]] = {}
 
 
-def comma_list(choices: tuple[str, ...], what: str) -> Callable[[str], tuple[str, ...]]:
-    """Converter for ``a,b,c`` lists whose items must be among ``choices``."""
+def comma_list(choices: tuple[str, ...], what: str,
+               canonical: Callable[[str], str] = str.strip) -> Callable[[str], tuple[str, ...]]:
+    """Converter for ``a,b,c`` lists whose items, each through ``canonical``, must be among ``choices``."""
 
     def parse(text: str) -> tuple[str, ...]:
-        items = tuple(x.strip() for x in text.split(",") if x.strip())
+        items = tuple(canonical(x) for x in text.split(",") if x.strip())
         if not items:
             raise ValueError(f"empty {what} list; choose from {', '.join(choices)}")
         bad = [x for x in items if x not in choices]
@@ -141,7 +143,7 @@ def _override(text: str) -> tuple[str, str, float]:
 profile = option_value("--attn-profile", _choice("profile", ("auto", *PROFILES),
                                               " (auto: 'default' on a GPU, 'cpu' without)"))
 backend_names = option_value("--attn-backends", _names)
-dtypes = comma_list(DTYPES, "dtype")
+dtypes = comma_list(DTYPES, "dtype", canonical_dtype)
 directions = comma_list(DIRECTIONS, "direction")
 timer = option_value("--attn-timer", _choice("timer", TIMER_KINDS))
 precision = option_value("--attn-precision", lambda t: parse_percent(t, "--attn-precision"))
@@ -271,6 +273,28 @@ def _add_gate_options(g: Any) -> None:
     _add(g, "--attn-ab-threshold", AB_THRESHOLD, type=ab_threshold, metavar="PCT",
          help="with --attn-ab: a change must exceed this (and the pairs' noise) to be SLOWER/FASTER"
               " (default 2%%)")
+
+
+def misspelled(args: Sequence[str], known: Callable[[Sequence[str]], list[str]]) -> str | None:
+    """What to say of an ``--attn-*`` flag among ``args`` that is none of this plugin's: pytest's own message
+    is "unrecognized arguments", with no hint; this one names the closest flags. ``known(args)`` gives the
+    flags the whole parser does not know (a conftest may add ``--attn-*`` options of its own); it is asked
+    only where a flag is not one of ours, so a correct command line costs a scan of its words."""
+    ours = [flag for flag, _ in DEFAULTS.values()]
+    suspects = [a.split("=", 1)[0] for a in args if a.startswith("--attn-") and a.split("=", 1)[0] not in ours]
+    if not suspects:
+        return None
+    unknown = {u.split("=", 1)[0] for u in known(args)}
+    bad = [flag for flag in suspects if flag in unknown]
+    if not bad:
+        return None
+    said = []
+    for flag in bad:
+        stems = {f.removeprefix("--attn-"): f for f in ours}
+        close = [stems[m] for m in difflib.get_close_matches(flag.removeprefix("--attn-"), stems, n=2, cutoff=0.7)]
+        said.append(f"{flag}: did you mean {' or '.join(close)}?" if close
+                    else f"{flag}: no such option (pytest --help lists the --attn-* options)")
+    return "unknown pytest-attn option " + "; ".join(said)
 
 
 def given(config: pytest.Config) -> list[str]:

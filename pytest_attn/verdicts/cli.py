@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -37,10 +38,27 @@ class _Parser(argparse.ArgumentParser):
         self.exit(USAGE, f"{self.prog}: error: {message}\n")
 
 
+DESCRIPTION = ("pytest-attn's command line. The benchmarks themselves run under pytest (pytest suites/; pytest"
+               " --help lists the --attn-* options); this tool works on their saved JSON.")
+MERGE = ("Merge the JSON files of shards (--attn-shard=I/N on several runners, or runs that measured different"
+         " problems) into one run: the summary a single run of them all would print, one merged JSON, the reports,"
+         " and the gate, per device model. Exit status: 0 the gate passed (or there is none), 1 it failed, 4 bad"
+         " input.")
+
+
+def _version() -> str:
+    try:
+        return f"pytest-attn {metadata.version('pytest-attn')}"
+    except metadata.PackageNotFoundError:  # run from a checkout that was not installed
+        return "pytest-attn (not installed: run from a checkout)"
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="pytest-attn", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    merge = sub.add_parser("merge", help="merge shards' JSON files into one summary, JSON, report and gate")
+    parser = _Parser(prog="pytest-attn", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=_version())
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{merge}")
+    merge = sub.add_parser("merge", help="merge shards' JSON files into one summary, JSON, report and gate",
+                           description=MERGE)
     merge.add_argument("files", nargs="+", type=Path, help="pytest-benchmark JSON files of pytest-attn runs")
     merge.add_argument("--json", type=Path, help="write the merged run here")
     merge.add_argument("--report", type=Path, metavar="DIR", help="write summary.md, results.csv and plots here")

@@ -54,9 +54,22 @@ def headline(comparisons: Sequence[Comparison], fail_on: Sequence[str] = DEFAULT
 
 
 TERMINAL_HEADER = ("benchmark", "baseline", "current", "change", "noise", "cycles", "verdict")
-LEGEND = ("SLOWER / FASTER: moved by the noise column (3 sigma, both runs) and half the threshold or more; SAME: a"
-          " change of the threshold is ruled out; AMBIGUOUS: neither -- add repeats to the baseline"
-          " (--attn-add-to-baseline), sample longer (--attn-max-time) or lock the clocks")
+
+
+def _on_gpu(comparisons: Sequence[Comparison]) -> bool:
+    """Any of the runs compared was measured on a GPU (a CPU has no clocks to lock: advice says so only there)."""
+    return any(b.record is not None and b.record.device.is_cuda
+               for c in comparisons for b in (c.current, c.baseline) if b is not None)
+
+
+def _remedies(gpu: bool) -> str:
+    return ("add repeats to the baseline (--attn-add-to-baseline), sample longer (--attn-max-time)"
+            + (" or lock the clocks (--attn-lock-clocks)" if gpu else " or keep the machine otherwise idle"))
+
+
+def legend(gpu: bool) -> str:
+    return ("SLOWER / FASTER: moved by the noise column (3 sigma, both runs) and half the threshold or more; SAME: a"
+            f" change of the threshold is ruled out; AMBIGUOUS: neither -- {_remedies(gpu)}")
 
 
 def terminal_lines(comparisons: Sequence[Comparison], baseline: str, notes: Sequence[str] = (),
@@ -69,21 +82,20 @@ def terminal_lines(comparisons: Sequence[Comparison], baseline: str, notes: Sequ
     table, _ = fit_table(rows, width)
     lines = [f"against {baseline}{said}: {counts(comparisons)}", *table]
     if any(c.verdict in EXPLAINED for c in comparisons):
-        lines.append(f"  {LEGEND}")
+        lines.append(f"  {legend(_on_gpu(comparisons))}")
     lines += [f"  {c.name.split('::')[-1]}: {'; '.join(c.notes)}" for c in comparisons if c.notes]
     lines += [f"  note: {n}" for n in notes]
     return lines
 
 
-def explain(c: Comparison) -> str:
-    """Why a comparison got its verdict, with the numbers."""
+def explain(c: Comparison, gpu: bool = True) -> str:
+    """Why a comparison got its verdict, with the numbers (``gpu``: the advice may name the clocks)."""
     parts = []
     if c.change is not None and c.noise is not None and c.threshold is not None:
         parts.append(f"moved {c.change * 100:+.1f}% against noise of +-{c.noise * 100:.1f}% (3 sigma, both runs) and a"
                      f" threshold of {c.threshold * 100:.1f}%")
         if c.verdict == "AMBIGUOUS" and c.in_time == "AMBIGUOUS":  # (else the clock made it so: a note says)
-            parts.append("the noise cannot tell a change of the threshold from none: add repeats to the baseline"
-                         " (--attn-add-to-baseline), measure longer (--attn-max-time) or lock the clocks")
+            parts.append(f"the noise cannot tell a change of the threshold from none: {_remedies(gpu)}")
     return "; ".join([*parts, *c.notes])
 
 
@@ -102,8 +114,9 @@ def markdown(comparisons: Sequence[Comparison], baseline: str, notes: Sequence[s
     explained = [c for c in comparisons if c.verdict in EXPLAINED or c.notes]
     if explained:
         out.write("\n")
+    gpu = _on_gpu(comparisons)
     for c in explained:
-        out.write(f"- `{c.name.split('::')[-1]}` {c.verdict}: {explain(c)}\n")
+        out.write(f"- `{c.name.split('::')[-1]}` {c.verdict}: {explain(c, gpu)}\n")
     for n in notes:
         out.write(f"\n> {n}\n")
     return out.getvalue()
