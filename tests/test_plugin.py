@@ -353,6 +353,25 @@ def test_local_history_is_kept_per_gpu(pytester, monkeypatch):
     assert [p.relative_to(pytester.path / ".benchmarks").parts[0] for p in saved] == ["nvidia-h200"]
 
 
+@pytest.mark.slow
+def test_benchmark_compare_shows_each_change_in_the_plugins_table_wherever_pytest_starts(pytester, monkeypatch):
+    """The comparison was only in pytest-benchmark's wide tables, and the history was kept under whatever folder
+    pytest was started from."""
+    pytester.makeini("[pytest]\n")  # the rootdir: the history is kept here
+    pytester.mkdir("sub")
+    pytester.makepyfile(test_suite=SUITE)
+    flags = [*FAST, "--attn-backends=sdpa-math", "--attn-dtypes=fp32", "--attn-directions=fwd", "-k",
+             "tiny-mha-fp32-full", "--attn-baseline=off"]
+    assert pytester.runpytest(*flags).ret == pytest.ExitCode.OK
+    monkeypatch.chdir(pytester.path / "sub")
+    slowed = pytester.runpytest(*flags, "../test_suite.py", "--benchmark-compare", "--attn-inject-slowdown=300%")
+    assert slowed.ret == pytest.ExitCode.OK  # --benchmark-compare informs; the gate (or --benchmark-compare-fail) fails
+    slowed.stdout.fnmatch_lines(["vs saved: the median's change against saved run 0001_* (--benchmark-compare):"
+                                 " 1 SLOWER*", "*backend*vs saved*", "  sdpa-math *+*% SLOWER*"])
+    assert not (pytester.path / "sub" / ".benchmarks").exists()
+    assert len(list((pytester.path / ".benchmarks").glob("*/*.json"))) == 2
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [

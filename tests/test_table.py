@@ -118,3 +118,23 @@ def test_a_table_wider_than_the_terminal_loses_its_least_needed_columns_and_says
     assert any(line.startswith("note: left out to fit 120 columns: FLOP/B") for line in fitted)
     narrow = render(results, H200, width=40)  # no column set fits: each row's name gets a line of its own
     assert "  sdpa-cudnn" in narrow
+
+
+def test_a_saved_run_to_compare_with_gives_each_case_its_change_and_flags_a_jump():
+    """--benchmark-compare's comparison was only in pytest-benchmark's ~250-column tables, and a 10.9x jump
+    (220.78 us -> 2.408 ms) was flagged nowhere."""
+    from pytest_attn.verdicts.gate import Thresholds, compare
+    from pytest_attn.verdicts.runs import by_name
+
+    saved = [record("sdpa-flash", 220.78e-6, test="t::a"), record("sdpa-cudnn", 192e-6, test="t::b")]
+    now = [record("sdpa-flash", 2.408e-3, test="t::a"), record("sdpa-cudnn", 192.5e-6, test="t::b"),
+           record("flex", 1e-3, shape="bert-base", test="t::c")]
+    mine = by_name(now)
+    comparisons = [c for c in compare(by_name(saved), mine, Thresholds()) if c.name in mine]
+    lines = render(now, H200, compared=("saved run 0003_abc", comparisons))
+    text = "\n".join(lines)
+    assert "vs saved: the median's change against saved run 0003_abc (--benchmark-compare): 1 SLOWER, 1 SAME" in text
+    assert _cells(lines, "sdpa-flash")["vs saved"] == "+990.7% SLOWER"
+    assert _cells(lines, "sdpa-cudnn")["vs saved"] == "+0.3%"
+    assert _cells(lines, "flex")["vs saved"] == "new"
+    assert "vs saved" not in "\n".join(render(now, H200))  # n/a on every row without a run to compare with

@@ -1,6 +1,7 @@
 """The pytest wiring, and nothing else: the entry point ``pytest_attn.plugin`` (``pytest11``).
 
-:mod:`.options` declares every ``--attn-*`` option and converts it; :mod:`.session` resolves them once
+:mod:`.command_line` adds the options and the hook spec and refuses a misspelled flag; :mod:`.options` declares
+every ``--attn-*`` option and converts it; :mod:`.session` resolves them once
 at configure and holds every stash key; :mod:`.bench` collects cases, provides the fixtures and hands
 each result record to pytest-benchmark; :mod:`.summary` prints the end-of-session summary; :mod:`.fuzz`
 wires the Hypothesis suite; :mod:`.gate` wires baselines, verdicts and reports; :mod:`.history` marks runs
@@ -17,6 +18,7 @@ from .session import attn_cases, attn_session, fuzz_targets, prepare_attention_r
 # each before the modules that import it (bench imports workers and signals): a plugin module pytest finds already
 # imported cannot have its asserts rewritten, and pytest warns so in every session
 pytest_plugins = [
+    "pytest_attn.plugin.command_line",
     "pytest_attn.plugin.signals",
     "pytest_attn.plugin.workers",
     "pytest_attn.plugin.gate",

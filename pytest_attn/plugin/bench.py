@@ -32,12 +32,11 @@ from ..engine.compile import compile_phase
 from ..engine.runner import CaseFailed, CaseSkipped, RunSettings, case_kernels, check_case, run_case
 from ..verdicts.fingerprint import fingerprint_of
 from ..verdicts.peers import peers_of
-from . import hookspecs
 from .ab import ab_run, hand_over
 from .benchjson import benchmark_metadata
 from .detect import attention_file
 from .gate import timer_pins
-from .options import AttnOptions, add_options, given, misspelled
+from .options import AttnOptions, given
 from .progress import Progress
 from .session import (
     ATTENTION_RUN,
@@ -64,26 +63,7 @@ from .workers import (
 )
 
 
-# ---- options and configure -----------------------------------------------------------------------
-def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    pluginmanager.add_hookspecs(hookspecs)
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    add_options(parser)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> Any:
-    """A misspelled ``--attn-*`` flag stops the run with the flags it may have meant (once the initial
-    conftests, which may add options, are loaded), not with pytest's bare "unrecognized arguments"."""
-    result = yield
-    message = misspelled(args, lambda words: parser.parse_known_and_unknown_args(words)[1])
-    if message:
-        raise pytest.UsageError(message)
-    return result
-
-
+# ---- configure ------------------------------------------------------------------------------------
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "attn: a pytest-attn benchmark case")

@@ -25,6 +25,7 @@ from ..verdicts.runs import partial_note
 from .gate import write_section
 from .session import (
     ATTN_SESSION,
+    COMPARED,
     PARTIAL,
     SHARD,
     SIGNAL_GUARD,
@@ -202,6 +203,18 @@ def pytest_configure(config: pytest.Config) -> None:
         for path, data in runs:
             if path.name.startswith(compare) and partial_note(data):
                 notes.append(f"--benchmark-compare={compare}: {path.stem} is a partial run ({partial_note(data)})")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_compare_machine_info(config: pytest.Config, compared_benchmark: dict[str, Any]) -> None:
+    """Each saved run pytest-benchmark loaded for ``--benchmark-compare`` (its public hook, once per run), kept
+    for the summary's "vs saved" column, by the name of its file where it is found among the saved runs."""
+    if config.stash.get(ATTN_SESSION, None) is None:
+        return
+    when = compared_benchmark.get("datetime")
+    names = [path.stem for path, data in _saved_runs(config) if when is not None and data.get("datetime") == when]
+    name = f"saved run {names[-1]}" if names else f"the run saved {when or 'at an unknown time'}"
+    config.stash.setdefault(COMPARED, []).append((name, compared_benchmark))
 
 
 @pytest.hookimpl(trylast=True)

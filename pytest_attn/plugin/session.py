@@ -231,6 +231,8 @@ AB_LINES = pytest.StashKey[list[str]]()  # --attn-ab: the A/B summary, once the 
 CPU_THREADS = pytest.StashKey[str]()  # what torch's CPU thread count was set to, and why (for the summary)
 ATTENTION_WHY = pytest.StashKey[str]()  # why the session is an attention run (plugin.detect), for the summary
 PARTIAL = pytest.StashKey[dict[str, Any]]()  # a run cut short: why, cases measured and selected (plugin.history)
+#: --benchmark-compare: (a name for it, the run) of each saved run pytest-benchmark loaded to compare with
+COMPARED = pytest.StashKey[list[tuple[str, dict[str, Any]]]]()
 
 
 def terminal_width(config: pytest.Config) -> int | None:
@@ -291,9 +293,10 @@ def prepare_attention_run(config: pytest.Config, why: str = "a conftest called p
     (:mod:`.detect`: an ``--attn-*`` option, a back end registered, a test file taking pytest-attn's fixtures),
     so a project of one's own needs no conftest call. What it sets: pytest-benchmark's ``machine_info`` gets
     the GPU; the run is saved for a later ``--benchmark-compare`` (pytest-benchmark's autosave, unless
-    ``--benchmark-disable``, ``--benchmark-save`` or ``--benchmark-autosave`` decide otherwise), on a GPU per
-    GPU model (``.benchmarks/<gpu-key>/``, unless ``--benchmark-storage`` is given: two GPUs' runs are never
-    compared); pytest-benchmark's own tables are left out (the plugin's table has the same figures and more;
+    ``--benchmark-disable``, ``--benchmark-save`` or ``--benchmark-autosave`` decide otherwise), in the rootdir's
+    ``.benchmarks/`` wherever pytest is started from, on a GPU per GPU model (``.benchmarks/<gpu-key>/``, unless
+    ``--benchmark-storage`` is given: two GPUs' runs are never compared); pytest-benchmark's own tables are left
+    out (the plugin's table has the same figures and more, and with ``--benchmark-compare`` each case's change;
     any ``--benchmark-columns``, ``--benchmark-group-by``, ``--benchmark-verbose`` or ``--benchmark-histogram``
     brings them back); torch's CPU threads on a machine without a GPU (``--attn-cpu-threads``); pytest-attn's
     Hypothesis profile for the fuzz tests; the libraries' warnings that are not the user's business
@@ -309,8 +312,11 @@ def prepare_attention_run(config: pytest.Config, why: str = "a conftest called p
         config.addinivalue_line("filterwarnings", quiet.ini_line())
     found = config.stash[VISIBLE_GPUS] = visible_devices()
     config.stash[CPU_THREADS] = _cpu_threads(config.getoption("attn_cpu_threads", "auto"), has_gpu=bool(found))
-    if found and config.getoption("benchmark_storage", DEFAULT_STORAGE) == DEFAULT_STORAGE:
-        config.option.benchmark_storage = f"{DEFAULT_STORAGE}/{gpu_key(found[0].name)}"
+    if config.getoption("benchmark_storage", DEFAULT_STORAGE) == DEFAULT_STORAGE:
+        # the project's history, wherever pytest is started from in it (pytest-benchmark's default is the folder
+        # one runs from), and on a GPU one folder per GPU model
+        folder = config.rootpath / ".benchmarks" / (gpu_key(found[0].name) if found else "")
+        config.option.benchmark_storage = f"file://{str(folder).rstrip('/')}"
     _benchmark_options(config)
 
 

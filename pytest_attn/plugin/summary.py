@@ -8,12 +8,15 @@ from typing import Any
 
 import pytest
 
+from ..verdicts.gate import Comparison, compare
 from ..verdicts.layout import wrap
+from ..verdicts.runs import benches, by_name
 from ..verdicts.table import render, time_lines
 from .session import (
     ATTENTION_RUN,
     ATTENTION_WHY,
     ATTN_SESSION,
+    COMPARED,
     CPU_THREADS,
     AttnSession,
     case_of_item,
@@ -89,6 +92,17 @@ def run_line(config: pytest.Config, session: AttnSession) -> str:
             f" {threads}" + (f"; an attention run because {why}" if why else ""))
 
 
+def _compared(config: pytest.Config, session: AttnSession) -> tuple[str, list[Comparison]] | None:
+    """``--benchmark-compare``: each case of this run against the saved run pytest-benchmark compares with (the
+    last it loaded), by the gate's rule -- like with like, both runs' noise -- for the table's "vs saved"."""
+    loaded = config.stash.get(COMPARED, [])
+    if not loaded or not session.records:
+        return None
+    name, run = loaded[-1]
+    mine = by_name(session.records)
+    return name, [c for c in compare(benches(run), mine, session.gate.thresholds) if c.name in mine]
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     session = config.stash.get(ATTN_SESSION, None)
     nothing = config.stash.get(NOTHING_MEASURED, "")
@@ -103,7 +117,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     terminalreporter.write_sep("=", "pytest-attn summary")
     devices = list({r.device.uuid or r.device.name: r.device for r in session.records}.values())
     device = session.device_if_probed or (devices[0] if devices else None)
-    lines = render(session.records, device, session.skips, session.options.speedup_vs, width)
+    lines = render(session.records, device, session.skips, session.options.speedup_vs, width,
+                   _compared(config, session))
     if len(devices) > 1:
         lines.insert(0, "measured on " + "; ".join(f"GPU {d.host_index}: {d.name} ({d.uuid})" if d.is_cuda
                                                    else d.describe() for d in devices))

@@ -4,18 +4,19 @@ and the notes that say which figures to doubt. Pure."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from ..core.device import DeviceInfo
 from ..core.record import Peers, Record
+from .gate import Comparison
 from .layout import fit_table, wrap
 from .peers import peers_of, slow_path_lines
 
-COLUMNS = ("backend", "median", "±95%", "vs best", "speedup", "TFLOP/s", "MFU", "MFU@clk", "of ceil", "SM MHz",
-           "TB/s", "FLOP/B", "bound", "peak mem", "timer")
+COLUMNS = ("backend", "median", "±95%", "vs saved", "vs best", "speedup", "TFLOP/s", "MFU", "MFU@clk", "of ceil",
+           "SM MHz", "TB/s", "FLOP/B", "bound", "peak mem", "timer")
 #: A memory-bound problem (decode) reads TB/s against the copy ceiling first.
-MEMORY_COLUMNS = ("backend", "median", "±95%", "vs best", "speedup", "TB/s", "of ceil", "TFLOP/s", "MFU", "MFU@clk",
-                  "SM MHz", "FLOP/B", "bound", "peak mem", "timer")
+MEMORY_COLUMNS = ("backend", "median", "±95%", "vs saved", "vs best", "speedup", "TB/s", "of ceil", "TFLOP/s", "MFU",
+                  "MFU@clk", "SM MHz", "FLOP/B", "bound", "peak mem", "timer")
 #: What goes first where a table is wider than the terminal (every figure stays in the JSON and --attn-report).
 DROP_ORDER = ("FLOP/B", "bound", "SM MHz", "peak mem", "MFU@clk", "speedup", "of ceil", "vs best", "TB/s")
 MEMORY_DROP_ORDER = ("FLOP/B", "bound", "SM MHz", "MFU@clk", "MFU", "TFLOP/s", "peak mem", "speedup", "vs best")
@@ -47,7 +48,19 @@ def fmt_num(value: float | None, digits: int = 1) -> str:
     return "n/a" if value is None else f"{value:,.{digits}f}"
 
 
-def row(result: Record, slowdown: float = 1.0, speedup: float | None = None) -> tuple[str, ...]:
+def fmt_change(c: Comparison | None) -> str:
+    """A case's change against a saved run (``--benchmark-compare``), with the verdict where it is one to look at:
+    ``+10.9% SLOWER``, ``-0.4%``; ``new`` where the saved run has no such case."""
+    if c is None:
+        return "n/a"
+    if c.change is None:
+        return "new" if c.verdict == "NEW" else "n/a"
+    flag = "" if c.verdict == "SAME" else f" {c.verdict}"
+    return f"{c.change * 100:+.1f}%{flag}"
+
+
+def row(result: Record, slowdown: float = 1.0, speedup: float | None = None,
+        compared: Comparison | None = None) -> tuple[str, ...]:
     f, t = result.figures, result.timing
     clock = result.clocks.sm_clock_mhz
     timer = t.timer + (f" x{t.calls_per_sample}" if t.calls_per_sample > 1 else "")
@@ -55,6 +68,7 @@ def row(result: Record, slowdown: float = 1.0, speedup: float | None = None) -> 
         result.case.backend,
         fmt_time(f.median_s),
         fmt_pct(t.precision) if math.isfinite(t.precision) else "n/a",
+        fmt_change(compared),
         f"{slowdown:.2f}x",
         "n/a" if speedup is None else f"{speedup:.1f}x",
         fmt_num(f.tflops, 1 if f.tflops >= 1 else 3),
@@ -132,12 +146,30 @@ def timing_check_line(results: Sequence[Record]) -> str | None:
             + (" (see the notes)" if flagged else ""))
 
 
+def compared_lines(name: str, comparisons: Sequence[Comparison]) -> list[str]:
+    """What the "vs saved" column is against, and its verdicts counted (a jump is never left to be spotted)."""
+    found: dict[str, int] = {}
+    for c in comparisons:
+        found[c.verdict] = found.get(c.verdict, 0) + 1
+    counted = ", ".join(f"{n} {v}" for v, n in found.items()) or "no case in common"
+    thresholds = sorted({c.threshold for c in comparisons if c.threshold is not None})
+    at = "/".join(f"{t:.1%}" for t in thresholds) or "the"
+    return [f"vs saved: the median's change against {name} (--benchmark-compare): {counted}; SLOWER / FASTER where"
+            f" it moved beyond both runs' noise (3 sigma) and half the {at} threshold (--attn-threshold), AMBIGUOUS"
+            " where the noise cannot tell, TIMER where the two were timed differently (not compared)"]
+
+
 def render(results: Sequence[Record], device: DeviceInfo | None, skips: Iterable[str] = (),
-           reference: str = "sdpa-math", width: int | None = None) -> list[str]:
+           reference: str = "sdpa-math", width: int | None = None,
+           compared: tuple[str, Sequence[Comparison]] | None = None) -> list[str]:
     """Lines of the summary: a header, then one block per problem (group), the slow paths, the notes
     and the skip reasons; within ``width`` columns where it is given (tables lose their emptiest and least
-    needed columns, a note says which, and prose is wrapped)."""
+    needed columns, a note says which, and prose is wrapped). ``compared``: a saved run's name and each case's
+    comparison with it, for the "vs saved" column."""
     lines = _header(results, device, reference)
+    by_case = {c.name: c for c in compared[1]} if compared else {}
+    if compared:
+        lines += compared_lines(compared[0], [c for c in compared[1] if c.current is not None])
     relative = peers_of(results, reference)
     groups: dict[str, list[Record]] = {}
     for r in results:
@@ -145,7 +177,7 @@ def render(results: Sequence[Record], device: DeviceInfo | None, skips: Iterable
     notes: list[str] = []
     dropped: list[str] = []
     for group, members in groups.items():
-        block, gone = _group(group, sorted(members, key=lambda r: r.median_s), relative, width)
+        block, gone = _group(group, sorted(members, key=lambda r: r.median_s), relative, width, by_case)
         lines += block
         dropped += [c for c in gone if c not in dropped]
         for r in members:
@@ -187,13 +219,14 @@ def _header(results: Sequence[Record], device: DeviceInfo | None, reference: str
     return lines
 
 
-def _group(group: str, members: list[Record], relative: dict[str, Peers],
-           width: int | None = None) -> tuple[list[str], list[str]]:
+def _group(group: str, members: list[Record], relative: dict[str, Peers], width: int | None = None,
+           compared: Mapping[str, Comparison] | None = None) -> tuple[list[str], list[str]]:
     """One problem: its description, then a row per back end, fastest first, and how each held the mask;
     and the columns left out to fit ``width``."""
     first = members[0]
     lines = ["", f"{group}: {first.case.describe()}, {first.work.flops / 1e9:,.3f} GFLOP per call"]
-    rows = [row(r, relative[r.name].slowdown, relative[r.name].speedup) for r in members]
+    compared = compared or {}
+    rows = [row(r, relative[r.name].slowdown, relative[r.name].speedup, compared.get(r.name)) for r in members]
     memory = all(r.figures.bound == "memory" for r in members)
     columns = MEMORY_COLUMNS if memory else COLUMNS
     order = [COLUMNS.index(c) for c in columns]
