@@ -354,6 +354,21 @@ def test_local_history_is_kept_per_gpu(pytester, monkeypatch):
 
 
 @pytest.mark.slow
+def test_every_line_of_an_attention_run_fits_the_terminal(pytester, monkeypatch):
+    """At 120 columns a CPU run printed a 130-column table, a 527-character first summary line, 150-260-column
+    pytest-benchmark tables and progress lines past the edge; at 80 columns, nothing may pass it."""
+    monkeypatch.setenv("COLUMNS", "80")
+    pytester.makepyfile(test_suite=SUITE)
+    flags = [*FAST, "--attn-dtypes=fp32", "-k", "tiny-mha or tiny-gqa"]
+    pytester.runpytest(*flags, "--attn-save-baseline")
+    result = pytester.runpytest(*flags, "--attn-inject-slowdown=300%", "-W", "ignore::pytest.PytestWarning")
+    lines = result.stdout.lines
+    assert any("pytest-attn summary" in line for line in lines) and any("pytest-attn gate" in line for line in lines)
+    wide = [line for line in lines if len(line) > 80 and " " in line.strip()]  # (a path alone cannot be wrapped)
+    assert not wide, "\n".join(wide)
+
+
+@pytest.mark.slow
 def test_benchmark_compare_shows_each_change_in_the_plugins_table_wherever_pytest_starts(pytester, monkeypatch):
     """The comparison was only in pytest-benchmark's wide tables, and the history was kept under whatever folder
     pytest was started from."""

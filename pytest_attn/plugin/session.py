@@ -38,6 +38,7 @@ from ..engine.stopping import StopRule, WarmupRule
 from ..engine.threads import auto_threads, set_torch_threads, usable_cpus
 from ..verdicts.fingerprint import gpu_key
 from ..verdicts.gate import DEFAULT_FAIL_ON, Thresholds
+from ..verdicts.layout import wrap
 from .options import AttnOptions
 from .progress import Progress, WallTimes
 
@@ -244,13 +245,18 @@ def terminal_width(config: pytest.Config) -> int | None:
 
 
 def terminal_say(config: pytest.Config, prefix: str = "pytest-attn") -> Callable[[str], None]:
-    """``say(line)``: a line to the terminal now, also from inside a test (past pytest's output capture)."""
+    """``say(line)``: a line to the terminal now, also from inside a test (past pytest's output capture), on a
+    line of its own (not after ``-q``'s dots) and wrapped to the terminal's width."""
     def say(line: str) -> None:
         reporter = config.pluginmanager.get_plugin("terminalreporter")
         capture = config.pluginmanager.get_plugin("capturemanager")
         if reporter is not None:
             with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
-                reporter.write_line(f"{prefix}: {line}")
+                writer = config.get_terminal_writer()
+                if writer.width_of_current_line:
+                    writer.line()
+                for part in wrap([f"{prefix}: {line}"], terminal_width(config)):
+                    reporter.write_line(part)
                 reporter.flush()
 
     return say
