@@ -514,3 +514,20 @@ def test_a_run_that_measured_nothing_says_why_and_fails_where_it_was_asked_to_sa
     asked.stdout.fnmatch_lines(["error: measured nothing: *; the run was asked for --attn-save-baseline*, which needs"
                                 " a measured case"])
     assert not (pytester.path / "b").exists() or not list((pytester.path / "b").rglob("baseline.json"))
+
+
+def test_a_fuzz_run_is_not_told_it_measured_nothing(pytester):
+    """A run of one's own fuzz tests (attn_fuzzer, no benchmark) ended "measured nothing: no attention case was
+    selected", as if a benchmark had been lost."""
+    pytester.makepyfile(test_fuzz_mine="""
+import pytest
+
+
+@pytest.mark.parametrize("direction", ["fwd"])
+def test_right(attn_fuzzer, direction):
+    attn_fuzzer.run("sdpa-math", direction)
+""")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--attn-fuzz-examples=5")
+    assert result.ret == pytest.ExitCode.OK
+    assert "measured nothing" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*sdpa-math fwd: * ran*"])

@@ -36,6 +36,10 @@ def nothing_measured(session: pytest.Session, attn: AttnSession) -> None:
         return
     if config.option.collectonly or attn.options.compile_only or config.getoption("benchmark_disable", False):
         return
+    asked = _needs_a_measured_case(config, attn)
+    uses = [set(getattr(item, "fixturenames", ())) for item in session.items]
+    if not asked and any("attn_fuzzer" in u for u in uses) and not any("attn_bench" in u for u in uses):
+        return  # a fuzz run: it checks kernels, it was never to measure one
     counted: dict[str, int] = {}
     for reason in attn.skips:
         counted[reason] = counted.get(reason, 0) + 1
@@ -50,7 +54,6 @@ def nothing_measured(session: pytest.Session, attn: AttnSession) -> None:
             else "measured nothing: no attention case was selected (the profile's cases, narrowed by --attn-dtypes,"
                  " --attn-directions, --attn-backends, --attn-case or -k, left none for these tests)"
                  + "".join(f"; {e}" for e in elsewhere))
-    asked = _needs_a_measured_case(config, attn)
     if asked:
         line = f"error: {line}; the run was asked for {', '.join(asked)}, which needs a measured case"
         if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
