@@ -94,3 +94,42 @@ def ceiling_share(tflops: float, tbps: float, dtype: str, ceilings: Ceilings | N
     mm = ceilings.matmul_tflops.get(dtype) if ceilings else None
     copy = ceilings.copy_tbps if ceilings else None
     return CeilingShare(mm, tflops / mm if mm else None, copy, tbps / copy if copy else None)
+
+
+#: A figure this far above a peak of the silicon (the datasheet's, or the one at the SM clock it ran at) is
+#: impossible: no kernel does more than the tensor cores or the memory can.
+IMPOSSIBLE = 1.05
+#: ... or this far above a ceiling measured on this GPU (a large matmul, a device copy): those ran at their own
+#: clock and power draw, and a kernel drawing less power may run at a higher clock than a power-capped matmul.
+MEASURED_IMPOSSIBLE = 1.25
+#: On a CPU: attention (two matmuls and a softmax) this many times faster than the CPU's fastest matmul (a 256^3
+#: product, in the dtype it runs fastest: on the 2-core CI machine fp32 at 86-123 GFLOP/s, bf16 at 1.4).
+CPU_IMPOSSIBLE = 4.0
+
+
+def impossible_figure(f: Figures, share: CeilingShare | None = None, warm_l2: bool = False,
+                      cpu_matmul_gflops: float | None = None) -> str | None:
+    """Why ``f`` is faster than the hardware can be, naming the ceiling it passes; None when it is possible. A
+    byte rate is judged only where the inputs came from memory (a cold L2): from L2 a small case honestly
+    moves its bytes faster than HBM. A peak the user gave (``--attn-peak-tflops``) is theirs, not checked."""
+    if f.peak_source != "--attn-peak-tflops":
+        if f.mfu_at_clock is not None and f.mfu_at_clock > IMPOSSIBLE:
+            return (f"{f.tflops:,.1f} TFLOP/s is {f.mfu_at_clock:.0%} of this GPU's dense peak at the SM clock it ran"
+                    f" at ({f.peak_at_clock_tflops:,.1f} TFLOP/s)")
+        if f.mfu_datasheet is not None and f.mfu_datasheet > IMPOSSIBLE:
+            return (f"{f.tflops:,.1f} TFLOP/s is {f.mfu_datasheet:.0%} of the datasheet's dense peak"
+                    f" ({f.peak_tflops:,.1f})")
+    if share is not None and share.fraction_of_matmul is not None and share.fraction_of_matmul > MEASURED_IMPOSSIBLE:
+        return (f"{f.tflops:,.1f} TFLOP/s is {share.fraction_of_matmul:.0%} of the matmul ceiling measured on this GPU"
+                f" ({share.matmul_tflops:,.1f} TFLOP/s)")
+    if not warm_l2:
+        if f.bandwidth_fraction is not None and f.bandwidth_fraction > IMPOSSIBLE:
+            return (f"it moves its minimal bytes at {f.tbps:,.2f} TB/s, {f.bandwidth_fraction:.0%} of the memory's"
+                    " datasheet bandwidth")
+        if share is not None and share.fraction_of_copy is not None and share.fraction_of_copy > MEASURED_IMPOSSIBLE:
+            return (f"it moves its minimal bytes at {f.tbps:,.2f} TB/s, {share.fraction_of_copy:.0%} of the copy"
+                    f" ceiling measured on this GPU ({share.copy_tbps:,.2f} TB/s)")
+    if cpu_matmul_gflops and f.tflops * 1e3 > CPU_IMPOSSIBLE * cpu_matmul_gflops:
+        return (f"{f.tflops * 1e3:,.1f} GFLOP/s is {f.tflops * 1e3 / cpu_matmul_gflops:,.0f}x this CPU's own matmul"
+                f" rate ({cpu_matmul_gflops:,.1f} GFLOP/s)")
+    return None

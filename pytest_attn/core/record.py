@@ -122,6 +122,8 @@ class Check:
     grad_tensor: str = ""
     grad_kv_heads: int = 0  # kv heads the gradient check covered, with their query heads (long cases: a few)
     cache: str = ""  # a call that writes a KV cache: what of it was checked after the call
+    spot_checks: int = 0  # checks of the same call at random points during sampling (engine.spotcheck)
+    spot_seconds: float = 0.0  # what they cost, all together
 
 
 @dataclass(frozen=True)

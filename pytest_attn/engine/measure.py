@@ -35,6 +35,7 @@ from .profiler import (
 )
 from .sampling import Sampling, WarmupReport, sample_until, warm_up
 from .settings import CaseFailed, CaseSkipped, RunSettings, required_bytes
+from .spotcheck import SpotCheck, clock_tampering, spot_count, watched_call
 from .timers import (
     BuiltTimer,
     CaptureError,
@@ -51,28 +52,38 @@ T = TypeVar("T")
 
 
 # ---- setting up -----------------------------------------------------------------------------------
-def _setup(case: AttnCase, backend: Backend, device: DeviceInfo,
-           settings: RunSettings) -> tuple[Callable[[], Any], Check | None]:
+@dataclass
+class Setup:
+    """A case after the check before timing: the step a sample times (the first input set's), the check's
+    summary, and the spot checks that sampling makes of the same call."""
+
+    step: Callable[[], Any]
+    check: Check | None
+    spot: SpotCheck | None
+
+
+def _setup(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings) -> Setup:
     """The first input set's step, after the checks of one call: every output and gradient element
-    finite, sampled rows of every sequence against the reference (output, and gradients for fwd+bwd)."""
+    finite, sampled rows of every sequence against the reference (output, and gradients for fwd+bwd), the
+    inputs left as they were and the work done when the call returned (:func:`.spotcheck.watched_call`)."""
     import torch
 
     first = make_inputs(case, backend.layout, torch_device(device), requires_grad=case.direction == "fwd+bwd",
                         seed=0)
     forward = backend.prepare(case, first)  # may raise Unsupported with the library's words
-    def call() -> tuple[Any, tuple[Any, ...] | None, float]:
+    def call() -> tuple[Any, tuple[Any, ...] | None, float, tuple[int, int]]:
         t0 = time.perf_counter()
         with torch.set_grad_enabled(case.direction == "fwd+bwd"):
-            out = forward()
+            out, digest = watched_call(forward, first, device, case, "the first time it was called")
             grads = tuple(torch.autograd.grad(out, (first.q, first.k, first.v), first.grad_out)) \
                 if case.direction == "fwd+bwd" else None
         _sync(device)
-        return out, grads, time.perf_counter() - t0
+        return out, grads, time.perf_counter() - t0, digest
 
-    out, grads, took = call()
+    out, grads, took, digest = call()
     if not device.is_cuda and took > settings.cpu_call_limit_s:
         # the process's first call pays one-time costs (autograd's threads, torch's kernels loading): judge a second
-        out, grads, took = call()
+        out, grads, took, digest = call()
         _refuse_slow_cpu_call(case, took, settings)
     check = _check(case, first, out.detach(), backend.layout, grads) if settings.verify else None
     view = getattr(forward, "cache", None)
@@ -83,7 +94,8 @@ def _setup(case: AttnCase, backend: Backend, device: DeviceInfo,
         check = dataclasses.replace(check, cache=f"the cache of {case.batch} requests, position by position") \
             if check is not None else None
     del out, grads
-    return make_step(case, forward, first), check
+    spot = SpotCheck(case, forward, first, device, backend.layout, last=digest) if settings.verify else None
+    return Setup(make_step(case, forward, first), check, spot)
 
 
 def _sync(device: DeviceInfo) -> None:
@@ -195,6 +207,7 @@ class Prepared:
     label: str
     step: Callable[[], Any]
     check: Check | None
+    spot: SpotCheck | None
     built: BuiltTimer
     warmup: WarmupReport
     flush: L2Flush | None
@@ -209,24 +222,34 @@ def prepare(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunS
     """Inputs, the back end's call, the check against the reference, warm-up and the timer: everything
     before the first sample. Raises CaseFailed (a wrong result, a graph that cannot be captured)."""
     started = time.perf_counter()
-    step, check = _setup(case, backend, device, settings)
+    setup = _setup(case, backend, device, settings)
+    step, check = setup.step, setup.check
     setup_s = time.perf_counter() - started
     with nvtx_range(f"{label} warm-up", device.is_cuda):
         try:
             built, warmup, flush, choice = _timer(case, backend, device, settings, free, step)
         except CaptureError as exc:
             raise CaseFailed(f"{case.id}: not timed: {exc}") from None
-    return Prepared(case, backend, device, settings, label, step, check, built, warmup, flush, started, setup_s,
-                    time.perf_counter() - started, choice)
+    return Prepared(case, backend, device, settings, label, step, check, setup.spot, built, warmup, flush, started,
+                    setup_s, time.perf_counter() - started, choice)
 
 
 def measure(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings, free: int | None,
             label: str, nvml: Nvml) -> Record:
     """One case measured: :func:`prepare`, samples until the stop rule is met, the record."""
     ready = prepare(case, backend, device, settings, free, label)
+    count = spot_count(ready.warmup.estimate_s, settings.stop.max_time_s)
+    spot = ready.spot.plan(settings.stop.min_samples, count) if ready.spot is not None else None
     with nvtx_range(f"{label} samples", device.is_cuda):
         sampling = sample_until(ready.built.timer, settings.stop, read_sm_clock=nvml.sm_clock_mhz,
-                                read_reasons=nvml.clocks_event_reasons)
+                                read_reasons=nvml.clocks_event_reasons,
+                                before_sample=spot.before_sample if spot is not None else None)
+    tampered = clock_tampering()
+    if tampered:
+        raise CaseFailed(f"{case.id}: a clock the timers read was patched while it was measured: {tampered}. A back"
+                         " end that patches clocks is not measured")
+    if spot is not None and ready.check is not None:
+        ready.check = dataclasses.replace(ready.check, spot_checks=spot.done, spot_seconds=spot.seconds)
     return record_of(ready, sampling)
 
 

@@ -82,7 +82,7 @@ def check_case(case: AttnCase, backend: Backend, device: DeviceInfo, settings: R
     """Check the case against the reference and run it once, timing nothing (``--benchmark-disable``)."""
 
     def once(free: int | None) -> None:
-        _setup(case, backend, device, settings)[0]()
+        _setup(case, backend, device, settings).step()
 
     _guarded(case, backend, device, settings, once)
 
@@ -93,7 +93,7 @@ def case_kernels(case: AttnCase, backend: Backend, device: DeviceInfo, settings:
     def kernels(free: int | None) -> list[KernelCall]:
         if not device.is_cuda:
             raise CaseSkipped("kernel names need a CUDA device and the PyTorch profiler")
-        step = _setup(case, backend, device, settings)[0]
+        step = _setup(case, backend, device, settings).step
         step()  # warm: lazy initialisation and autotuning stay out of the profile
         return profile_kernels(step)
 

@@ -89,13 +89,16 @@ def sample_until(
     clock: Clock = time.perf_counter,
     read_sm_clock: Callable[[], int | None] = lambda: None,
     read_reasons: Callable[[], int | None] = lambda: None,
+    before_sample: Callable[[int], None] | None = None,
 ) -> Sampling:
     """Take samples until the median is known to the rule's precision or a cap is reached, reading
     NVML's clocks-event reasons before and after each sample and the SM clock after it (outside the
-    timed region)."""
+    timed region); ``before_sample(i)`` runs before sample ``i``, untimed (the spot checks)."""
     t0 = clock()
     sampling = Sampling([], "", 0.0)
     while True:
+        if before_sample is not None:
+            before_sample(len(sampling.samples_s))
         take_sample(timer, sampling, read_sm_clock, read_reasons)
         sampling.elapsed_s = clock() - t0
         reason = stop_reason(sampling.samples_s, sampling.elapsed_s, rule)

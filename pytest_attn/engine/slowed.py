@@ -170,6 +170,8 @@ class SlowedBackend:
             extra()
             return out
 
+        if hasattr(forward, "cache"):  # a call on a KV cache: the checks read the cache it writes
+            slowed.cache = forward.cache  # type: ignore[attr-defined]
         return slowed
 
     def expression(self, case: AttnCase) -> str:

@@ -12,6 +12,8 @@ from ..core.case import AttnCase
 from ..core.codec import case_json
 from ..core.device import DeviceInfo
 from ..engine.inputs import make_inputs, torch_device
+from ..engine.settings import CaseFailed
+from ..engine.spotcheck import watched_call
 from ..oracle.cache import check_cache
 from ..oracle.checks import FullCheck, check_full
 
@@ -39,7 +41,10 @@ def run_example(case: AttnCase, backend: Backend, device: DeviceInfo, seed: int)
     forward = backend.prepare(case, inputs)
     out_bytes = case.total_q * case.heads_q * case.head_dim_v * 4
     poison_allocator(dev, 4 * out_bytes)
-    out = forward()
+    try:  # its inputs left as they were, not aliased, its work done when it returns
+        out, _ = watched_call(forward, inputs, device, case, "in this example")
+    except CaseFailed as exc:
+        return FullCheck(False, "call", 0.0, 0.0, 0.0, "", problem=str(exc).removeprefix(case.id).lstrip(": "))
     grads = None
     if grad:
         if not out.requires_grad:  # torch.autograd.grad would raise "does not require grad"

@@ -203,7 +203,7 @@ class FullCheck:
 
     def describe(self, case: AttnCase) -> str:
         if self.problem:
-            return f"{self.tensor}: {self.problem} at {self.worst}"
+            return f"{self.tensor}: {self.problem}" + (f" at {self.worst}" if self.worst else "")
         allowed = (f"allowed {self.allowed:.3g}" + (f", of which {self.by_design:.3g} for D computed from the rounded"
                                                     " output" if self.by_design else ""))
         if self.max_error == 0:

@@ -21,13 +21,11 @@ import pytest
 
 from ..backends.base import CompilesOnFirstUse, refusal
 from ..core.case import AttnCase
-from ..core.codec import case_from_json, case_json
 from ..core.device import DeviceInfo
 from ..core.kernel_names import KernelCall, check_kernels
-from ..core.metrics import ceiling_share
 from ..core.peaks import Peak
 from ..core.record import Record
-from ..engine import clocks, hbm
+from ..engine import clocks
 from ..engine.compile import compile_phase
 from ..engine.runner import CaseFailed, CaseSkipped, RunSettings, case_kernels, check_case, run_case
 from ..verdicts.fingerprint import fingerprint_of
@@ -35,6 +33,7 @@ from ..verdicts.peers import peers_of
 from .ab import ab_run, hand_over
 from .benchjson import benchmark_metadata
 from .detect import attention_file
+from .figures import session_figures
 from .gate import timer_pins
 from .options import AttnOptions, given
 from .progress import Progress
@@ -262,7 +261,7 @@ def attn_bench(request: pytest.FixtureRequest, benchmark: Any, attn_device: Devi
             failed = str(exc)
         if failed:  # outside the except: pytest would print the message twice, "during handling of" the first
             pytest.fail(failed, pytrace=False)
-        record = _with_session_figures(session, record)
+        record = session_figures(session, record)
         _hand_over(request, benchmark, session, record, worker)
         if ab is not None:
             hand_over(ab, request, benchmark.extra_info, worker)
@@ -299,23 +298,6 @@ def _hand_over(request: pytest.FixtureRequest, benchmark: Any, session: AttnSess
             pytrace=False,
         )
 
-
-def _with_session_figures(session: AttnSession, record: Record) -> Record:
-    """The share of the session's measured ceilings, and HBM traffic where ``--attn-hbm`` asks."""
-    ceilings = session.ceilings.get(record.device, record.case.dtype)
-    share = ceiling_share(record.figures.tflops, record.figures.tbps, record.case.dtype, ceilings)
-    pattern = session.options.hbm
-    if pattern is None or not record.device.is_cuda or not pattern.search(record.case.id):
-        return dataclasses.replace(record, ceilings=share)
-    text = case_json(record.case, 0)
-    try:
-        case_from_json(text)  # the subprocess must be able to rebuild the case (its mask from its id)
-        traffic = hbm.measure(text, record.work.min_bytes)
-    except ValueError as exc:  # a mask that cannot be named for the subprocess
-        traffic = f"cannot hand the case to ncu: {exc}"
-    if isinstance(traffic, str):
-        return dataclasses.replace(record, ceilings=share, hbm_note=traffic)
-    return dataclasses.replace(record, ceilings=share, hbm=traffic)
 
 
 def _check_kernel_marker(request: pytest.FixtureRequest, record: Record, device: DeviceInfo) -> None:

@@ -125,12 +125,13 @@ def time_lines(results: Sequence[Record]) -> list[str]:
     if not results:
         return []
     checks = sum(r.check.seconds for r in results if r.check is not None)
+    spots = sum(r.check.spot_seconds for r in results if r.check is not None)
     setup = sum(r.timing.setup_s for r in results) - checks
     warmup = sum(r.timing.prepare_s - r.timing.setup_s for r in results)
-    sampling = sum(r.timing.elapsed_s - r.timing.prepare_s for r in results)
+    sampling = sum(r.timing.elapsed_s - r.timing.prepare_s for r in results) - spots
     return [f"time over {len(results)} cases: setup {setup:.1f} s (inputs, plans, first calls: torch.compile and"
             f" any compilation left to them), checks against the reference {checks:.1f} s, warm-up and capture"
-            f" {warmup:.1f} s, sampling {sampling:.1f} s"]
+            f" {warmup:.1f} s, sampling {sampling:.1f} s, spot checks while sampling {spots:.1f} s"]
 
 
 def timing_check_line(results: Sequence[Record]) -> str | None:
