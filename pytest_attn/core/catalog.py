@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from . import masks
 from .case import AttnCase, KvCache, Mask
 
-PROFILES: tuple[str, ...] = ("smoke", "default", "full", "cpu")
+PROFILES: tuple[str, ...] = ("smoke", "default", "full", "cpu", "sustained")
 
 #: Back ends the smoke profile leaves to the others when the default back ends are selected: FlashInfer's
 #: batch, paged and decode kernels each need further modules that only their first call reveals, compiled
@@ -307,6 +307,9 @@ def _profile_variants(profile: str) -> list[Variant]:
                 + _variants(VARLEN, ("bf16", "fp16"), both_masks=True))
     if profile == "cpu":
         return _variants(CPU_SHAPES, ("fp32", "bf16"), both_masks=False)
+    if profile == "sustained":  # "what will my model see": prefill and training steps at the power cap
+        return [Variant(shape, "bf16", Mask.causal() if shape.causal else Mask.none(), direction)
+                for shape in (LLAMA3_8B, HUNYUAN_VIDEO) for direction in ("fwd", "fwd+bwd")]
     raise ValueError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
 
 
@@ -318,6 +321,6 @@ def profile_variants(profile: str, kind: str = "all") -> list[Variant]:
     if kind == "masks":
         if profile not in PROFILES:
             raise ValueError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
-        return _mask_variants(profile)
+        return [] if profile == "sustained" else _mask_variants(profile)
     variants = _profile_variants(profile)
     return variants if kind == "all" else [v for v in variants if v.shape.kind == kind]

@@ -28,6 +28,7 @@ from .flops import Work
 from .kernel_names import KernelCall
 from .metrics import CeilingShare, Figures
 from .stats import median, relative_drift
+from .sustained import Sustained
 from .throttle import ThrottleReport
 
 SCHEMA = "pytest-attn.record"
@@ -199,6 +200,7 @@ class Record:
     hbm: Hbm | None = None
     hbm_note: str = ""  # why HBM traffic was not measured, when it was asked for
     peers: Peers | None = None
+    sustained: Sustained | None = None  # --attn-sustained: back to back, once the clock and power settled
     version: int = VERSION
 
     @property

@@ -19,11 +19,13 @@ from ..core.kernel_names import KernelCall
 from ..core.metrics import figures
 from ..core.record import Check, Clocks, Record, Timing, TimingCheck
 from ..core.stats import median, relative_drift, relative_precision
+from ..core.sustained import sustained
 from ..core.throttle import assess
 from ..oracle.cache import check_cache
 from ..oracle.checks import check_finite, check_rows, only_rows_with_keys
 from ..oracle.grad_check import check_grad_rows
 from .inputs import make_inputs, make_step, torch_device
+from .load_phase import run_load_phase
 from .nvml import Nvml
 from .profiler import (
     device_activity,
@@ -250,7 +252,14 @@ def measure(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunS
                          " end that patches clocks is not measured")
     if spot is not None and ready.check is not None:
         ready.check = dataclasses.replace(ready.check, spot_checks=spot.done, spot_seconds=spot.seconds)
-    return record_of(ready, sampling)
+    record = record_of(ready, sampling)
+    if settings.sustained_s and device.is_cuda:
+        with nvtx_range(f"{label} sustained", True):
+            readings, how = run_load_phase(list(ready.built.steps) or [ready.step], record.median_s,
+                                           settings.sustained_s, nvml)
+        loaded = sustained(readings, record.work.flops, record.median_s, record.figures.peak_tflops)
+        record = dataclasses.replace(record, sustained=dataclasses.replace(loaded, replayed=how))
+    return record
 
 
 def record_of(p: Prepared, sampling: Sampling, diagnose: bool = True) -> Record:

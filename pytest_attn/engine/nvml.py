@@ -37,6 +37,10 @@ class Nvml(Protocol):
 
     def mig_mode(self) -> str | None: ...  # "on" or "off"
 
+    def power_w(self) -> float | None: ...  # the board's power draw now
+
+    def energy_mj(self) -> int | None: ...  # the energy counter: millijoules since the driver loaded
+
 
 class NoNvml:
     """Stands in when NVML cannot be used; says why."""
@@ -63,6 +67,12 @@ class NoNvml:
         return None
 
     def mig_mode(self) -> str | None:
+        return None
+
+    def power_w(self) -> float | None:
+        return None
+
+    def energy_mj(self) -> int | None:
         return None
 
 
@@ -113,6 +123,14 @@ class PynvmlDevice:
     def mig_mode(self) -> str | None:
         """The current MIG mode (nvmlDeviceGetMigMode gives current and pending); None on GPUs without MIG."""
         return read(lambda: "on" if self.nv.nvmlDeviceGetMigMode(self.handle)[0] else "off")
+
+    def power_w(self) -> float | None:
+        """The power draw now (nvmlDeviceGetPowerUsage, milliwatts)."""
+        return read(lambda: self.nv.nvmlDeviceGetPowerUsage(self.handle) / 1000.0)
+
+    def energy_mj(self) -> int | None:
+        """Energy since the driver loaded (nvmlDeviceGetTotalEnergyConsumption, millijoules; Volta and newer)."""
+        return read(lambda: int(self.nv.nvmlDeviceGetTotalEnergyConsumption(self.handle)))
 
 
 def _text(value: Any) -> str:

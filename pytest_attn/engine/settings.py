@@ -51,6 +51,7 @@ class RunSettings:
     events_from_s: float = GRAPH_THRESHOLD_S  # ``auto`` times calls this long or longer with events
     min_input_sets: int = 1  # graph timers rotate at least this many input sets
     pin: TimerPin | None = None  # the case's baseline record's timer, calls per sample and input sets (one case's)
+    sustained_s: float | None = None  # --attn-sustained: the cap of each case's back-to-back phase (GPU)
 
 
 def required_bytes(case: AttnCase, backend: Backend, device: DeviceInfo) -> int:

@@ -292,6 +292,7 @@ class BuiltTimer:
     note: str
     input_sets: int
     capture: str = ""  # graph timers: what the eager-vs-replay check found
+    steps: tuple[Step, ...] = ()  # the steps it times, one per rotated input set (the sustained phase's too)
 
     @property
     def cache_kind(self) -> str:
@@ -331,14 +332,14 @@ def build_timer(
     input sets where memory allows -- kernel-sum with one call per sample is read over events. Capture
     failures fall back to events, missing CUPTI to the inner timer; the note says so."""
     if kind == "cpu" or flush is None:  # a CPU run, whatever was asked
-        return BuiltTimer(CpuTimer(steps), "cpu", "", 1)
+        return BuiltTimer(CpuTimer(steps), "cpu", "", 1, steps=tuple(steps))
     if kind == "cuda-event":
         note = "short call timed with events: includes host launch overhead" if call_estimate_s < 1e-3 else ""
-        return BuiltTimer(CudaEventTimer(steps, flush), kind, note, 1)
+        return BuiltTimer(CudaEventTimer(steps, flush), kind, note, 1, steps=tuple(steps[:1]))
     over_events = pin.calls_per_sample == 1 if pin is not None and kind == "kernel-sum" \
         else call_estimate_s >= GRAPH_THRESHOLD_S
     if kind == "kernel-sum" and over_events:
-        return _kernel_sum(CudaEventTimer(steps[:1], flush), flush, "", 1, "")
+        return _kernel_sum(CudaEventTimer(steps[:1], flush), flush, "", 1, "", steps[:1])
     steps = steps + more_sets(len(steps))
     calls = graph_calls_per_replay(call_estimate_s, len(steps), kernel_sum=kind == "kernel-sum")
     if pin is not None and pin.input_sets == len(steps) and pin.calls_per_sample % len(steps) == 0:
@@ -361,16 +362,16 @@ def build_timer(
         steps = steps[:1]
         inner = CudaEventTimer(steps, flush)
         if kind == "cuda-graph":
-            return BuiltTimer(inner, "cuda-event", note + "; timed with events", 1)
+            return BuiltTimer(inner, "cuda-event", note + "; timed with events", 1, steps=tuple(steps))
     if kind == "cuda-graph":
-        return BuiltTimer(inner, kind, note, len(steps), capture)
-    return _kernel_sum(inner, flush, note, len(steps), capture)
+        return BuiltTimer(inner, kind, note, len(steps), capture, tuple(steps))
+    return _kernel_sum(inner, flush, note, len(steps), capture, steps)
 
 
 def _kernel_sum(inner: CudaGraphTimer | CudaEventTimer, flush: Callable[[], None], note: str, sets: int,
-                capture: str) -> BuiltTimer:
+                capture: str, steps: Sequence[Step]) -> BuiltTimer:
     try:
-        return BuiltTimer(KernelSumTimer(inner, flush), "kernel-sum", note, sets, capture)
+        return BuiltTimer(KernelSumTimer(inner, flush), "kernel-sum", note, sets, capture, tuple(steps))
     except Exception as exc:  # no CUPTI (profiler unavailable): the graph or event figure stands
         why = f"the profiler could not read kernel times ({type(exc).__name__}: {exc})"
-        return BuiltTimer(inner, inner.kind, "; ".join(filter(None, [note, why])), sets, capture)
+        return BuiltTimer(inner, inner.kind, "; ".join(filter(None, [note, why])), sets, capture, tuple(steps))

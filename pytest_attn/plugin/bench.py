@@ -42,6 +42,7 @@ from .session import (
     ATTN_SESSION,
     CLOCK_LOCKER,
     CPU_THREADS,
+    VISIBLE_GPUS,
     AttnSession,
     GateOptions,
     attn_session,
@@ -85,7 +86,21 @@ def pytest_configure(config: pytest.Config) -> None:
         _ = session.backends
     if not is_worker(config) and _is_attention_suite(config):
         configure_controller(config)
+    _refuse_sustained(config)
     _lock_clocks(config, session)
+
+
+def _refuse_sustained(config: pytest.Config) -> None:
+    """``--attn-sustained`` where it cannot mean anything: no GPU (it measures one at its power cap), or an A/B."""
+    if config.getoption("attn_sustained", None) is None and config.getoption("attn_profile", None) != "sustained":
+        return
+    if config.getoption("attn_ab", None) is not None:
+        raise pytest.UsageError("--attn-sustained does not combine with --attn-ab: the arms take turns in short blocks,"
+                                " never under sustained load. Run the A/B, and the sustained figures, separately")
+    if not config.stash.get(VISIBLE_GPUS, []):
+        raise pytest.UsageError("--attn-sustained (and --attn-profile=sustained) measures a GPU under sustained load --"
+                                " its clock and power once they settle at the power cap, the energy per call from"
+                                " NVML -- and no GPU is visible here (NVML found none). On a CPU, leave it out")
 
 
 def _attention_run(config: pytest.Config) -> str:

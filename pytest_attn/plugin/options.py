@@ -160,6 +160,22 @@ cpu_threads = option_value("--attn-cpu-threads", _threads)
 fail_on = option_value("--attn-fail-on", parse_fail_on)
 shard = option_value("--attn-shard", _shard)
 ab_arms = option_value("--attn-ab", lambda t: parse_ab(t, Path.cwd()))
+#: ``--attn-sustained`` without a value: the cap of each case's back-to-back phase, in seconds.
+DEFAULT_SUSTAINED_S = 10.0
+
+
+def _sustained(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise ValueError(f"--attn-sustained takes the cap in seconds, got {text!r}: write --attn-sustained=10, or put"
+                         " --attn-sustained after the test paths (alone it means 10 s)") from None
+    if not (math.isfinite(seconds) and 1 <= seconds <= 600):
+        raise ValueError(f"--attn-sustained={text}: give 1 to 600 seconds (the load settles within a few)")
+    return seconds
+
+
+sustained_s = option_value("--attn-sustained", _sustained)
 ab_threshold = option_value("--attn-ab-threshold", lambda t: parse_percent(t, "--attn-ab-threshold", upper=10.0))
 
 
@@ -172,8 +188,9 @@ def _add(group: Any, flag: str, default: Any, **kwargs: Any) -> None:
 def add_options(parser: pytest.Parser) -> None:
     g = parser.getgroup("attn", "pytest-attn: GPU attention benchmarks")
     _add(g, "--attn-profile", "auto", type=profile, metavar="NAME",
-        help="case set: smoke (a few minutes on one GPU), default, full, cpu (tiny shapes, no GPU);"
-             " auto = default on a GPU, cpu without (default: auto)")
+        help="case set: smoke (a few minutes on one GPU), default, full, cpu (tiny shapes, no GPU), sustained"
+             " (Llama-3-8B prefill and HunyuanVideo, fwd and fwd+bwd, with --attn-sustained: what a model sees at the"
+             " power cap); auto = default on a GPU, cpu without (default: auto)")
     _add(g, "--attn-backends", ("default",), type=backend_names, metavar="LIST",
          help="comma-separated back ends, or 'default' / 'all' (default: every built-in but the slow reference)")
     _add(g, "--attn-dtypes", None, type=dtypes, metavar="LIST",
@@ -226,6 +243,10 @@ def _add_measure_options(g: Any) -> None:
     _add(g, "--attn-shard", None, type=shard, metavar="I/N",
          help="run the I-th of N deterministic shares of the problems (a problem's back ends stay together);"
               " combine the shards' JSON with pytest-attn merge")
+    _add(g, "--attn-sustained", None, type=sustained_s, nargs="?", const=DEFAULT_SUSTAINED_S, metavar="SECONDS",
+         help="after each case's burst figure, run it back to back until the SM clock and power settle (at most"
+              " SECONDS, default 10) and report the time per call there, its clock, power and energy per call"
+              " (TFLOP/J): what prefill and training throughput see at the power cap. GPU only")
     _add(g, "--attn-cpu-threads", "auto", type=cpu_threads, metavar="N|auto",
          help="torch's CPU threads: auto (default) = half the CPUs this process may use on a machine without a"
               " GPU (a busy core stalls every thread of a full-width pool), torch's own choice on a GPU machine")
@@ -303,7 +324,7 @@ def given(config: pytest.Config) -> list[str]:
 
 
 # Per-case sampling time cap by profile (seconds); --attn-max-time overrides it.
-DEFAULT_MAX_TIME_S = {"smoke": 2.0, "default": 3.0, "full": 5.0, "cpu": 0.5}
+DEFAULT_MAX_TIME_S = {"smoke": 2.0, "default": 3.0, "full": 5.0, "cpu": 0.5, "sustained": 2.0}
 
 
 @dataclass(frozen=True)
@@ -328,6 +349,7 @@ class AttnOptions:
     hbm: re.Pattern[str] | None = None
     inject_slowdown: float | None = None
     compile_only: bool = False
+    sustained_s: float | None = None
 
     @classmethod
     def of(cls, config: pytest.Config) -> AttnOptions:
@@ -339,7 +361,7 @@ class AttnOptions:
             verify=not get("attn_no_verify"), drop_throttled=get("attn_drop_throttled"),
             verify_timing=get("attn_verify_timing"), adhoc=tuple(get("attn_case")), trace_dir=get("attn_trace_dir"),
             speedup_vs=get("attn_speedup_vs"), hbm=get("attn_hbm"), inject_slowdown=get("attn_inject_slowdown"),
-            compile_only=get("attn_compile_only"),
+            compile_only=get("attn_compile_only"), sustained_s=get("attn_sustained"),
         )
 
     def resolve_backends(self, known: list[str], defaults: list[str]) -> tuple[str, ...]:

@@ -39,7 +39,7 @@ from ..engine.threads import auto_threads, set_torch_threads, usable_cpus
 from ..verdicts.fingerprint import gpu_key
 from ..verdicts.gate import DEFAULT_FAIL_ON, Thresholds
 from ..verdicts.layout import wrap
-from .options import AttnOptions
+from .options import DEFAULT_SUSTAINED_S, AttnOptions
 from .progress import Progress, WallTimes
 
 DEFAULT_STORAGE = "file://./.benchmarks"
@@ -180,6 +180,7 @@ class AttnSession:
             verify=o.verify, peak_tflops=o.peak_tflops, drop_throttled=o.drop_throttled,
             verify_timing=o.verify_timing, trace_dir=o.trace_dir, clock_lock=self.clock_lock,
             cpu_gflops=None if self.device.is_cuda else cpu_gflops(),
+            sustained_s=o.sustained_s or (DEFAULT_SUSTAINED_S if self.profile == "sustained" else None),
         )
 
     # ---- cases and results -----------------------------------------------------------------------

@@ -126,7 +126,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         lines.insert(0, "measured on " + "; ".join(f"GPU {d.host_index}: {d.name} ({d.uuid})" if d.is_cuda
                                                    else d.describe() for d in devices))
     lines.insert(0, run_line(config, session))
-    wall = session.wall.line(sum(r.timing.elapsed_s for r in session.records))
+    measured = sum(r.timing.elapsed_s + (r.sustained.phase_s if r.sustained else 0.0) for r in session.records)
+    wall = session.wall.line(measured)
     lines[1:1] = [*session.ceilings.lines(), *session.compiled.lines(), *time_lines(session.records),
                   *([wall] if wall else [])]
     lines.extend(f"note: {n}" for n in session.notes)

@@ -66,7 +66,8 @@ def roofline_ceilings(records: Sequence[Record]) -> tuple[float, float, str] | N
 
 
 def write_plots(folder: Path, records: Sequence[Record]) -> list[str]:
-    """``tflops_vs_seqlen.png`` and ``roofline.png`` in ``folder``; what was written, or why not."""
+    """``tflops_vs_seqlen.png``, ``roofline.png`` and, with sustained figures, ``tflops_vs_tflops_per_j.png`` in
+    ``folder``; what was written, or why not."""
     try:
         import matplotlib
 
@@ -84,7 +85,37 @@ def write_plots(folder: Path, records: Sequence[Record]) -> list[str]:
         written.append("roofline skipped: the GPU's peak is not known (pass --attn-peak-tflops)")
     else:
         written.append(_roofline(plt, folder, pts, *ceilings))
+    energy = energy_points(records)
+    if energy:
+        written.append(_energy(plt, folder, energy))
     return written
+
+
+def energy_points(records: Sequence[Record]) -> dict[str, list[tuple[float, float]]]:
+    """Back end -> (TFLOP/J, TFLOP/s) under sustained load, of every record with both (``--attn-sustained``). Pure."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    for r in records:
+        s = r.sustained
+        if s is not None and s.tflops_per_j is not None:
+            out.setdefault(r.case.backend, []).append((s.tflops_per_j, s.tflops))
+    return dict(sorted(out.items()))
+
+
+def _energy(plt: Any, folder: Path, by_backend: dict[str, list[tuple[float, float]]]) -> str:
+    """Throughput against energy efficiency under sustained load: up is faster, right spends fewer joules."""
+    fig, ax = plt.subplots(figsize=(8, 5))
+    ax.set_prop_cycle(color=plt.cm.tab20.colors)
+    for backend, xy in by_backend.items():
+        ax.scatter([x for x, _ in xy], [y for _, y in xy], label=backend, s=22)
+    ax.set_xlabel("TFLOP per joule (NVML's energy counter, sustained load)")
+    ax.set_ylabel("TFLOP/s (sustained)")
+    ax.set_title("Sustained throughput against energy per FLOP, by back end")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(folder / "tflops_vs_tflops_per_j.png", dpi=120)
+    plt.close(fig)
+    return str(folder / "tflops_vs_tflops_per_j.png")
 
 
 def _throughput(plt: Any, folder: Path, series: dict[tuple[str, str, str], list[tuple[int, float]]]) -> str:

@@ -13,7 +13,7 @@ from ..core.record import Record
 from .gate import DEFAULT_FAIL_ON, Comparison
 from .layout import fit_table
 from .plots import write_plots
-from .table import fmt_time
+from .table import fmt_time, sustained_lines
 
 HEADER = ("benchmark", "baseline", "current", "change", "noise", "cycles", "verdict", "TFLOP/s", "MFU")
 EXPLAINED = ("SLOWER", "FASTER", "AMBIGUOUS", "CLOCK")
@@ -126,15 +126,54 @@ def csv_text(comparisons: Sequence[Comparison]) -> str:
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(["benchmark", "group", "backend", "baseline_s", "current_s", "change", "verdict", "threshold",
-                     "noise", "cycles_change", "tflops", "mfu", "notes"])
+                     "noise", "cycles_change", "tflops", "mfu", *SUSTAINED_CSV, "notes"])
     for c in comparisons:
         e = c.entry
         writer.writerow([c.name, e.group, e.backend, c.baseline.median_s if c.baseline else "",
                          c.current.median_s if c.current else "", "" if c.change is None else f"{c.change:.6f}",
                          c.verdict, "" if c.threshold is None else c.threshold, "" if c.noise is None else c.noise,
                          "" if c.cycles_change is None else f"{c.cycles_change:.6f}",
-                         "" if e.tflops is None else e.tflops, "" if e.mfu is None else e.mfu, "; ".join(c.notes)])
+                         "" if e.tflops is None else e.tflops, "" if e.mfu is None else e.mfu,
+                         *_sustained_csv(c.current.record if c.current else None), "; ".join(c.notes)])
     return out.getvalue()
+
+
+#: The sustained figures (``--attn-sustained``) in results.csv: empty where a case has none.
+SUSTAINED_CSV = ("sustained_s", "sustained_sm_clock_mhz", "sustained_power_w", "energy_per_call_j", "tflops_per_j",
+                 "sustained_settled")
+
+
+def _sustained_csv(record: Record | None) -> list[object]:
+    s = record.sustained if record is not None else None
+    if s is None:
+        return [""] * len(SUSTAINED_CSV)
+    return [s.median_s, "" if s.sm_clock_mhz is None else s.sm_clock_mhz, "" if s.power_w is None else s.power_w,
+            "" if s.energy_per_call_j is None else s.energy_per_call_j,
+            "" if s.tflops_per_j is None else s.tflops_per_j, s.settled]
+
+
+def sustained_markdown(records: Sequence[Record]) -> str:
+    """A section of the report for the cases measured under sustained load: burst and sustained side by side,
+    and where the order of the back ends changed."""
+    loaded = [r for r in records if r.sustained is not None]
+    if not loaded:
+        return ""
+    out = ["### Under sustained load (--attn-sustained)", "",
+           "| benchmark | burst | sustained | change | SM MHz (burst, load) | W | mJ / call | TFLOP/s | TFLOP/J |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in loaded:
+        s = r.sustained
+        assert s is not None
+        burst_clock = f"{r.clocks.sm_clock_mhz:.0f}" if r.clocks.sm_clock_mhz else "-"
+        load_clock = f"{s.sm_clock_mhz:.0f}" if s.sm_clock_mhz else "-"
+        out.append(f"| `{r.name.split('::')[-1]}` | {fmt_time(r.median_s)} | {fmt_time(s.median_s)}"
+                   f"{'' if s.settled else ' (not settled)'} | "
+                   f"{'-' if not s.burst_ratio else f'{(s.burst_ratio - 1) * 100:+.1f}%'} | {burst_clock}, {load_clock}"
+                   f" | {'-' if s.power_w is None else f'{s.power_w:.0f}'} | "
+                   f"{'-' if s.energy_per_call_j is None else f'{s.energy_per_call_j * 1e3:.3g}'} | {s.tflops:.1f} | "
+                   f"{'-' if s.tflops_per_j is None else f'{s.tflops_per_j:.3g}'} |")
+    out += ["", *(f"- {line}" for line in sustained_lines(loaded)[1:])]
+    return "\n".join(out).rstrip() + "\n"
 
 
 def write_reports(folder: Path, comparisons: Sequence[Comparison], baseline: str, records: Sequence[Record],
@@ -142,7 +181,9 @@ def write_reports(folder: Path, comparisons: Sequence[Comparison], baseline: str
     """Write summary.md, results.csv and the plots of ``records`` into ``folder``; returns a line per
     file ("wrote PATH") or plot not drawn (why)."""
     folder.mkdir(parents=True, exist_ok=True)
-    write_atomic(folder / "summary.md", markdown(comparisons, baseline, notes, fail_on))
+    loaded = sustained_markdown(records)
+    text = markdown(comparisons, baseline, notes, fail_on) + (f"\n{loaded}" if loaded else "")
+    write_atomic(folder / "summary.md", text)
     write_atomic(folder / "results.csv", csv_text(comparisons))
     written = [str(folder / "summary.md"), str(folder / "results.csv"), *write_plots(folder, records)]
     return [w if " skipped" in w else f"wrote {w}" for w in written]

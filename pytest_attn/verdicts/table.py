@@ -8,18 +8,20 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from ..core.device import DeviceInfo
 from ..core.record import Peers, Record
+from ..core.sustained import ranking_change
 from .gate import Comparison
 from .layout import fit_table, wrap
 from .peers import peers_of, slow_path_lines
 
-COLUMNS = ("backend", "median", "±95%", "vs saved", "vs best", "speedup", "TFLOP/s", "MFU", "MFU@clk", "of ceil",
-           "SM MHz", "TB/s", "FLOP/B", "bound", "peak mem", "timer")
+COLUMNS = ("backend", "median", "±95%", "sustained", "vs saved", "vs best", "speedup", "TFLOP/s", "MFU", "MFU@clk",
+           "of ceil", "SM MHz", "load MHz", "W", "TFLOP/J", "TB/s", "FLOP/B", "bound", "peak mem", "timer")
 #: A memory-bound problem (decode) reads TB/s against the copy ceiling first.
-MEMORY_COLUMNS = ("backend", "median", "±95%", "vs saved", "vs best", "speedup", "TB/s", "of ceil", "TFLOP/s", "MFU",
-                  "MFU@clk", "SM MHz", "FLOP/B", "bound", "peak mem", "timer")
+MEMORY_COLUMNS = ("backend", "median", "±95%", "sustained", "vs saved", "vs best", "speedup", "TB/s", "of ceil",
+                  "TFLOP/s", "MFU", "MFU@clk", "SM MHz", "load MHz", "W", "TFLOP/J", "FLOP/B", "bound", "peak mem",
+                  "timer")
 #: What goes first where a table is wider than the terminal (every figure stays in the JSON and --attn-report).
-DROP_ORDER = ("FLOP/B", "bound", "SM MHz", "peak mem", "MFU@clk", "speedup", "of ceil", "vs best", "TB/s")
-MEMORY_DROP_ORDER = ("FLOP/B", "bound", "SM MHz", "MFU@clk", "MFU", "TFLOP/s", "peak mem", "speedup", "vs best")
+DROP_ORDER = ("FLOP/B", "bound", "SM MHz", "peak mem", "MFU@clk", "speedup", "of ceil", "vs best", "TB/s", "W")
+MEMORY_DROP_ORDER = ("FLOP/B", "bound", "SM MHz", "MFU@clk", "MFU", "TFLOP/s", "peak mem", "speedup", "vs best", "W")
 
 
 def fmt_time(seconds: float) -> str:
@@ -68,6 +70,7 @@ def row(result: Record, slowdown: float = 1.0, speedup: float | None = None,
         result.case.backend,
         fmt_time(f.median_s),
         fmt_pct(t.precision) if math.isfinite(t.precision) else "n/a",
+        *_sustained_cells(result)[:1],
         fmt_change(compared),
         f"{slowdown:.2f}x",
         "n/a" if speedup is None else f"{speedup:.1f}x",
@@ -76,12 +79,26 @@ def row(result: Record, slowdown: float = 1.0, speedup: float | None = None,
         fmt_pct(f.mfu_at_clock),
         fmt_pct(result.ceilings.of_bound(f.bound)),
         "n/a" if clock is None else f"{clock:.0f}",
+        *_sustained_cells(result)[1:],
         fmt_num(f.tbps, 2 if f.tbps >= 0.01 else 4),
         fmt_num(f.arithmetic_intensity, 0),
         f.bound,
         fmt_bytes(result.peak_memory_bytes),
         timer,
     )
+
+
+def _sustained_cells(result: Record) -> tuple[str, str, str, str]:
+    """``--attn-sustained``: the time per call under settled load (and how much slower than the burst), its SM
+    clock, the power, and TFLOP per joule; n/a without it."""
+    s = result.sustained
+    if s is None:
+        return ("n/a",) * 4
+    slower = f" ({(s.burst_ratio - 1) * 100:+.0f}%)" if s.burst_ratio else ""
+    return (fmt_time(s.median_s) + slower + ("" if s.settled else " ~"),
+            "n/a" if s.sm_clock_mhz is None else f"{s.sm_clock_mhz:.0f}",
+            "n/a" if s.power_w is None else f"{s.power_w:.0f}",
+            "n/a" if s.tflops_per_j is None else f"{s.tflops_per_j:.3g}")
 
 
 #: A clock that fell by more than this over a case's samples is flagged.
@@ -112,6 +129,9 @@ def result_notes(r: Record) -> list[str]:
         notes.append(f"{r.case.id}: the SM clock fell {-drift:.1%} while it was sampled ({r.clocks.sm_clock_max_mhz} ->"
                      f" {r.clocks.sm_clock_min_mhz} MHz at the extremes; time drifted {time_drift}): its median"
                      " mixes clocks -- let the GPU settle, lock its clock, or read MFU@clk")
+    if r.sustained is not None and (r.sustained.note or r.sustained.energy_source != "energy counter"):
+        said = r.sustained.note or f"energy per call {r.sustained.energy_source} (no NVML energy counter)"
+        notes.append(f"{r.case.id}: sustained: {said}")
     if r.hbm is not None:
         notes.append(f"{r.case.id}: {r.hbm.describe()}")
     if r.hbm_note:
@@ -129,9 +149,27 @@ def time_lines(results: Sequence[Record]) -> list[str]:
     setup = sum(r.timing.setup_s for r in results) - checks
     warmup = sum(r.timing.prepare_s - r.timing.setup_s for r in results)
     sampling = sum(r.timing.elapsed_s - r.timing.prepare_s for r in results) - spots
+    loaded = [r.sustained.phase_s for r in results if r.sustained is not None]
+    load = f", the sustained phase {sum(loaded):.1f} s ({len(loaded)} cases)" if loaded else ""
     return [f"time over {len(results)} cases: setup {setup:.1f} s (inputs, plans, first calls: torch.compile and"
             f" any compilation left to them), checks against the reference {checks:.1f} s, warm-up and capture"
-            f" {warmup:.1f} s, sampling {sampling:.1f} s, spot checks while sampling {spots:.1f} s"]
+            f" {warmup:.1f} s, sampling {sampling:.1f} s, spot checks while sampling {spots:.1f} s{load}"]
+
+
+def sustained_lines(results: Sequence[Record]) -> list[str]:
+    """What the sustained columns are, and where the order of the back ends under load differs from a burst."""
+    loaded = [r for r in results if r.sustained is not None]
+    if not loaded:
+        return []
+    groups: dict[str, list[tuple[str, float, float]]] = {}
+    for r in loaded:
+        assert r.sustained is not None
+        groups.setdefault(r.case.group, []).append((r.case.backend, r.median_s, r.sustained.median_s))
+    head = ("sustained: the time per call back to back once the SM clock and power settled (--attn-sustained; the"
+            " change against the burst median; ~ where it never settled), its SM clock (load MHz), the power (W)"
+            " and TFLOP per joule from NVML's energy counter; median and the other columns are the burst: a few"
+            " calls after idle, at boost clock")
+    return [head, *ranking_change(groups)]
 
 
 def timing_check_line(results: Sequence[Record]) -> str | None:
@@ -167,7 +205,7 @@ def render(results: Sequence[Record], device: DeviceInfo | None, skips: Iterable
     and the skip reasons; within ``width`` columns where it is given (tables lose their emptiest and least
     needed columns, a note says which, and prose is wrapped). ``compared``: a saved run's name and each case's
     comparison with it, for the "vs saved" column."""
-    lines = _header(results, device, reference)
+    lines = _header(results, device, reference) + sustained_lines(results)
     by_case = {c.name: c for c in compared[1]} if compared else {}
     if compared:
         lines += compared_lines(compared[0], [c for c in compared[1] if c.current is not None])

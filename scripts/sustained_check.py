@@ -1,0 +1,174 @@
+"""Check the plugin's sustained figures (``--attn-sustained``) against an independent measurement: the same calls,
+built here from each record's shape with the libraries' own functions (not the plugin's back ends), captured as a
+plain graph of up to 3,000 back-to-back calls, with NVML's power sampled every 10 ms on a thread.
+
+    pytest suites/test_prefill.py --attn-profile=smoke --attn-backends=fa4,sdpa-cudnn,flash-attn \\
+        --attn-sustained --benchmark-json=run.json
+    python scripts/sustained_check.py run.json            # on the same GPU, right after
+
+Per case: the plugin's sustained time per call against this script's over the second of two halves (the first
+half brings the GPU to its settled state), and the plugin's energy per call against this script's power
+integrated over that half, divided by its calls. Exit 1 when a time differs by more than 3 % or an energy by
+more than 5 %. Dense cases with no mask or a causal mask, for ``fa4``, ``flash-attn`` and the SDPA back ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import threading
+import time
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+TIME_TOLERANCE = 0.03
+ENERGY_TOLERANCE = 0.05
+MAX_CALLS = 3000
+MAX_HALF_S = 4.0  # a half of a long call's graph: this long at most (HunyuanVideo: a few calls)
+
+
+def _call(case: dict[str, Any]) -> Any:
+    """The case's forward call, from its shape alone, through the library's own function."""
+    import torch
+    import torch.nn.functional as F
+
+    if len(set(case["seqlens_q"])) > 1 or len(set(case["seqlens_k"])) > 1 or case.get("cache"):
+        raise ValueError("a ragged batch or a KV cache: not built by this script")
+    if case["mask"] not in ("full", "causal") or case["direction"] != "fwd":
+        raise ValueError(f"mask {case['mask']}, {case['direction']}: this script builds forward calls, no mask or"
+                         " causal")
+    b, sq, sk = len(case["seqlens_q"]), case["seqlens_q"][0], case["seqlens_k"][0]
+    hq, hk, d, dv = case["heads_q"], case["heads_kv"], case["head_dim_qk"], case["head_dim_v"]
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[case["dtype"]]
+    causal = case["mask"] == "causal"
+    q = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype)
+    k = torch.randn(b, sk, hk, d, device="cuda", dtype=dtype)
+    v = torch.randn(b, sk, hk, dv, device="cuda", dtype=dtype)
+    backend = case["backend"]
+    if backend == "flash-attn":
+        from flash_attn import flash_attn_func
+
+        return lambda: flash_attn_func(q, k, v, causal=causal)
+    if backend == "fa4":
+        from flash_attn.cute import flash_attn_func as fa4
+
+        return lambda: fa4(q, k, v, causal=causal)
+    if backend.startswith("sdpa-"):
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        kernel = {"sdpa-cudnn": SDPBackend.CUDNN_ATTENTION, "sdpa-flash": SDPBackend.FLASH_ATTENTION,
+                  "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION}[backend]
+        qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+        if causal and sq != sk:
+            raise ValueError("bottom-right causal with sq != sk needs an explicit mask: not checked here")
+
+        def sdpa() -> Any:
+            with sdpa_kernel(kernel):
+                return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=hq != hk)
+
+        return sdpa
+    raise ValueError(f"{backend}: not built by this script")
+
+
+class PowerSampler:
+    """NVML's power every ``period_s`` on a thread: (host time, watts)."""
+
+    def __init__(self, handle: Any, nvml: Any, period_s: float = 0.01) -> None:
+        self.handle, self.nvml, self.period_s = handle, nvml, period_s
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.perf_counter(), self.nvml.nvmlDeviceGetPowerUsage(self.handle) / 1e3))
+            time.sleep(self.period_s)
+
+    def __enter__(self) -> PowerSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def joules(self, start: float, end: float) -> float:
+        """The power integrated from ``start`` to ``end`` (trapezoids over the samples inside, host clock)."""
+        inside = [(t, w) for t, w in self.samples if start <= t <= end]
+        return sum((t1 - t0) * (w0 + w1) / 2 for (t0, w0), (t1, w1) in pairwise(inside))
+
+
+def measure(call: Any, burst_s: float, handle: Any, nvml: Any) -> dict[str, float]:
+    """Two graphs of half the calls each, back to back; the second half's time per call, energy per call
+    (power integrated, and NVML's counter), clock."""
+    import torch
+
+    half = max(1, min(MAX_CALLS // 2, math.ceil(MAX_HALF_S / burst_s)))
+    call()
+    torch.cuda.synchronize()
+    graphs = []
+    for _ in range(2):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(half):
+                call()
+        graphs.append(graph)
+    torch.cuda.synchronize()
+    time.sleep(3.0)  # idle first, as the plugin's burst figure starts
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+    with PowerSampler(handle, nvml) as power:
+        events[0].record()
+        graphs[0].replay()
+        events[1].record()
+        graphs[1].replay()
+        events[2].record()
+        events[1].synchronize()
+        second_start, energy_start = time.perf_counter(), nvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+        clock = nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)
+        events[2].synchronize()
+        second_end, energy_end = time.perf_counter(), nvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+    seconds = events[1].elapsed_time(events[2]) / 1e3
+    return {"calls": 2 * half, "time_s": seconds / half, "clock_mhz": clock,
+            "power_j": power.joules(second_start, second_end) / half,
+            "counter_j": (energy_end - energy_start) / 1e3 / half}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run", type=Path, help="a pytest-benchmark JSON of an --attn-sustained run")
+    args = parser.parse_args(argv)
+    import pynvml
+
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    run = json.loads(args.run.read_text())
+    failed = 0
+    print(f"{'case':58} {'plugin us':>10} {'here us':>9} {'diff':>6} {'plugin mJ':>10} {'power mJ':>9} {'diff':>6}")
+    for bench in run["benchmarks"]:
+        record = bench.get("extra_info") or {}
+        loaded = record.get("sustained")
+        if not loaded:
+            continue
+        try:
+            call = _call(record["case"])
+        except (ValueError, ImportError, KeyError) as exc:
+            print(f"{record.get('id', '?'):58} skipped: {exc}")
+            continue
+        here = measure(call, record["timing"]["median_s"], handle, pynvml)
+        time_diff = loaded["median_s"] / here["time_s"] - 1
+        energy = loaded.get("energy_per_call_j")
+        energy_diff = energy / here["power_j"] - 1 if energy else math.nan
+        bad = abs(time_diff) > TIME_TOLERANCE or not abs(energy_diff) <= ENERGY_TOLERANCE
+        failed += bad
+        print(f"{record['id'][:58]:58} {loaded['median_s'] * 1e6:10.1f} {here['time_s'] * 1e6:9.1f}"
+              f" {time_diff:+6.1%} {(energy or math.nan) * 1e3:10.2f} {here['power_j'] * 1e3:9.2f} {energy_diff:+6.1%}"
+              f"  ({here['calls']} calls, {here['clock_mhz']} MHz, counter {here['counter_j'] * 1e3:.2f} mJ)"
+              + ("  <- beyond 3 % / 5 %" if bad else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
