@@ -10,7 +10,6 @@ is collected.
 from __future__ import annotations
 
 import argparse
-import difflib
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -301,6 +300,8 @@ def misspelled(args: Sequence[str], known: Callable[[Sequence[str]], list[str]])
     is "unrecognized arguments", with no hint; this one names the closest flags. ``known(args)`` gives the
     flags the whole parser does not know (a conftest may add ``--attn-*`` options of its own); it is asked
     only where a flag is not one of ours, so a correct command line costs a scan of its words."""
+    import difflib  # only where a flag is wrong: 2 ms of every pytest session otherwise
+
     ours = [flag for flag, _ in DEFAULTS.values()]
     suspects = [a.split("=", 1)[0] for a in args if a.startswith("--attn-") and a.split("=", 1)[0] not in ours]
     if not suspects:
