@@ -59,8 +59,8 @@ def spot_count(call_s: float, max_time_s: float) -> int:
     return max(0, min(SPOT_CHECKS, int(SPOT_SHARE * max_time_s / (2 * max(call_s, 1e-9)))))
 #: Rows per sequence a spot check compares with the reference (the check before timing takes 8).
 SPOT_ROWS = 2
-#: Elements digested at a time (bounds the temporary an input's digest makes: 64 Mi elements).
-DIGEST_CHUNK = 1 << 26
+#: Elements digested at a time: bounds the temporary an input's digest may make (16 Mi elements, 128 MiB as int64).
+DIGEST_CHUNK = 1 << 24
 
 
 def clock_tampering() -> str | None:
@@ -154,10 +154,12 @@ def _sync(device: DeviceInfo) -> None:
         torch.cuda.synchronize()
 
 
-def _settle(started: set[threading.Thread]) -> list[str]:
-    """Wait (a little) for the threads started during the call; their names."""
+def _settle(started: set[threading.Thread], wait_s: float = 0.2) -> list[str]:
+    """Wait for the threads started during the call, ``wait_s`` at most in all (a library's first call may start
+    a pool of workers that never end: torch.compile's); their names."""
+    deadline = time.monotonic() + wait_s
     for thread in started:
-        thread.join(timeout=0.2)
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
     return sorted(t.name for t in started)
 
 
