@@ -37,7 +37,7 @@ from .profiler import (
 )
 from .sampling import Sampling, WarmupReport, sample_until, warm_up
 from .settings import CaseFailed, CaseSkipped, RunSettings, required_bytes
-from .spotcheck import SpotCheck, clock_tampering, spot_count, watched_call
+from .spotcheck import SpotCheck, check_clocks, spot_count, watched_call
 from .timers import (
     BuiltTimer,
     CaptureError,
@@ -246,10 +246,7 @@ def measure(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunS
         sampling = sample_until(ready.built.timer, settings.stop, read_sm_clock=nvml.sm_clock_mhz,
                                 read_reasons=nvml.clocks_event_reasons,
                                 before_sample=spot.before_sample if spot is not None else None)
-    tampered = clock_tampering()
-    if tampered:
-        raise CaseFailed(f"{case.id}: a clock the timers read was patched while it was measured: {tampered}. A back"
-                         " end that patches clocks is not measured")
+    check_clocks(case)
     if spot is not None and ready.check is not None:
         ready.check = dataclasses.replace(ready.check, spot_checks=spot.done, spot_seconds=spot.seconds)
     record = record_of(ready, sampling)

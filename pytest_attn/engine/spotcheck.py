@@ -80,6 +80,14 @@ def clock_tampering() -> str | None:
     return "; ".join(problems) or None
 
 
+def check_clocks(case: AttnCase) -> None:
+    """:class:`CaseFailed` where a clock the timers read was replaced while ``case`` ran (:func:`clock_tampering`)."""
+    tampered = clock_tampering()
+    if tampered:
+        raise CaseFailed(f"{case.id}: a clock the timers read was patched while it was measured: {tampered}. A back"
+                         " end that patches clocks is not measured")
+
+
 def _imported(name: str) -> Any:
     import sys
 
@@ -93,7 +101,7 @@ def _digest(t: Any) -> tuple[int, int]:
     import torch
 
     flat = t.detach().reshape(-1)
-    if flat.dtype.is_floating_point or flat.dtype == torch.float8_e4m3fn:
+    if flat.dtype.is_floating_point:  # (fp8 included)
         flat = flat.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[flat.element_size()])
     total = placed = 0
     for i, start in enumerate(range(0, flat.numel(), DIGEST_CHUNK)):
@@ -228,10 +236,7 @@ class SpotCheck:
         import torch
 
         case = self.case
-        tampered = clock_tampering()
-        if tampered:
-            raise CaseFailed(f"{case.id}: a clock the timers read was patched while it was measured: {tampered}."
-                             " A back end that patches clocks is not measured")
+        check_clocks(case)
         if not self.keeps_inputs:
             redraw(self.inputs, case, seed)
         with torch.no_grad():

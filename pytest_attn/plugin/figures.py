@@ -14,7 +14,7 @@ from ..engine import hbm
 from .session import AttnSession
 
 
-def with_session_figures(session: AttnSession, record: Record) -> Record:
+def _with_session_figures(session: AttnSession, record: Record) -> Record:
     """The share of the session's measured ceilings, and HBM traffic where ``--attn-hbm`` asks."""
     ceilings = session.ceilings.get(record.device, record.case.dtype)
     share = ceiling_share(record.figures.tflops, record.figures.tbps, record.case.dtype, ceilings)
@@ -47,8 +47,8 @@ def impossible_why(session: AttnSession, record: Record) -> str | None:
 
 
 def session_figures(session: AttnSession, record: Record) -> Record:
-    """:func:`with_session_figures`, and the case failed where its figure is impossible."""
-    record = with_session_figures(session, record)
+    """:func:`_with_session_figures`, and the case failed where its figure is impossible."""
+    record = _with_session_figures(session, record)
     impossible = impossible_why(session, record)
     if impossible:
         pytest.fail(impossible, pytrace=False)

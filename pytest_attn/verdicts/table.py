@@ -66,11 +66,12 @@ def row(result: Record, slowdown: float = 1.0, speedup: float | None = None,
     f, t = result.figures, result.timing
     clock = result.clocks.sm_clock_mhz
     timer = t.timer + (f" x{t.calls_per_sample}" if t.calls_per_sample > 1 else "")
+    loaded, *under_load = _sustained_cells(result)
     return (
         result.case.backend,
         fmt_time(f.median_s),
         fmt_pct(t.precision) if math.isfinite(t.precision) else "n/a",
-        *_sustained_cells(result)[:1],
+        loaded,
         fmt_change(compared),
         f"{slowdown:.2f}x",
         "n/a" if speedup is None else f"{speedup:.1f}x",
@@ -79,7 +80,7 @@ def row(result: Record, slowdown: float = 1.0, speedup: float | None = None,
         fmt_pct(f.mfu_at_clock),
         fmt_pct(result.ceilings.of_bound(f.bound)),
         "n/a" if clock is None else f"{clock:.0f}",
-        *_sustained_cells(result)[1:],
+        *under_load,
         fmt_num(f.tbps, 2 if f.tbps >= 0.01 else 4),
         fmt_num(f.arithmetic_intensity, 0),
         f.bound,
