@@ -78,6 +78,23 @@ class ReuseByAddress(Base):
         return call
 
 
+class ReuseJittered(Base):
+    """Computes once, then hands back that tensor on every later call, nudged in place so no two match."""
+    name = "reuse-jittered"
+
+    def prepare(self, case, inputs):
+        kept = []
+
+        def call():
+            if not kept:
+                kept.append(self.attend(inputs.q, inputs.k, inputs.v, case))
+            else:
+                with torch.no_grad():
+                    kept[0].add_(1e-3)
+            return kept[0]
+        return call
+
+
 class WritesInput(Base):
     """Returns the right output, then zeroes its key input in place."""
     name = "writes-input"
@@ -131,7 +148,8 @@ class Aliases(Base):
 
 
 def pytest_attn_register_backends(registry, config):
-    for backend in (Honest(), ReuseAlways(), ReuseByAddress(), WritesInput(), Deferred(), PatchesClock(), Aliases()):
+    for backend in (Honest(), ReuseAlways(), ReuseByAddress(), ReuseJittered(), WritesInput(), Deferred(),
+                    PatchesClock(), Aliases()):
         registry.register(backend)
 
 
@@ -146,6 +164,7 @@ TRICKS = {
     "reuse-always": "reuse-always-* returns a stored result: at a spot check during sampling its inputs were given new"
                     " contents and it returned the same output as before*",
     "reuse-by-address": "reuse-by-address-* returns a stored result*",
+    "reuse-jittered": "reuse-jittered-* returns a stored result*the tensor it returned before*",
     "writes-input": "writes-input-* writes its inputs: k changed during a call the first time it was called*",
     "deferred": "deferred-*: its output changed after the call returned (threads it started: deferred-work), the first"
                 " time it was called: work left running*",

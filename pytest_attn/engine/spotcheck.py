@@ -256,12 +256,24 @@ class SpotCheck:
         rows = check_rows(case, self.inputs, out, self.layout, rows_per_sequence=SPOT_ROWS, seed=self.done + 1)
         if rows.ok:
             return
-        if not self.keeps_inputs and digest == self.last:
+        if not self.keeps_inputs and (digest == self.last or self._hands_back(out)):
             raise CaseFailed(f"{case.id} returns a stored result: at a spot check during sampling its inputs were"
-                             " given new contents and it returned the same output as before. Each call must compute"
+                             " given new contents and it returned the same output as before (the same values, or the"
+                             " tensor it returned before, held by the check). Each call must compute"
                              " its output from its inputs")
         given = "its KV cache as prepared" if self.keeps_inputs else "its inputs given new contents in place"
         raise CaseFailed(f"{case.id} gives a wrong output at a spot check during sampling ({given}): max |out - ref| ="
                          f" {rows.max_error:.3g} at {rows.worst}, allowed {rows.allowed:.3g}. It passed the check"
                          " before timing: an output that depends on more than its inputs (a result kept from an"
                          " earlier call, work deferred to a later one) is not measured")
+
+    def _hands_back(self, out: Any) -> bool:
+        """Whether the next call returns ``out``'s very memory while ``out`` is still held (an honest call's
+        allocator cannot): a stored output handed back, whatever was written into it since."""
+        import torch
+
+        with torch.no_grad():
+            again = self.forward()
+        _sync(self.device)
+        return hasattr(again, "untyped_storage") and \
+            again.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
