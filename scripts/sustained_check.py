@@ -7,9 +7,10 @@ plain graph of up to 3,000 back-to-back calls, with NVML's power sampled every 1
     python scripts/sustained_check.py run.json            # on the same GPU, right after
 
 Per case: the plugin's sustained time per call against this script's over the second of two halves (the first
-half brings the GPU to its settled state), and the plugin's energy per call against this script's power
-integrated over that half, divided by its calls. Exit 1 when a time differs by more than 3 % or an energy by
-more than 5 %. Dense cases with no mask or a causal mask, for ``fa4``, ``flash-attn`` and the SDPA back ends.
+half, replayed for some seconds, brings the GPU to its settled state and NVML's readings up to it), and the
+plugin's energy per call against this script's power integrated over that half, divided by its calls. Exit 1
+when a time differs by more than 3 % or an energy by more than 5 %. Dense cases with no mask or a causal mask,
+for ``fa4``, ``flash-attn`` and the SDPA back ends.
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ TIME_TOLERANCE = 0.03
 ENERGY_TOLERANCE = 0.05
 MAX_CALLS = 3000
 MAX_HALF_S = 4.0  # a half of a long call's graph: this long at most (HunyuanVideo: a few calls)
+#: The first graph is replayed this long before the measured window, the second at least this long in it: NVML's
+#: power and energy counter trail the load (on an H100, a 1.5 s window that followed 1.5 s of load read 277 W
+#: for a 690 W cuDNN call, its counter too), so the window starts well after the load does.
+LEAD_S = 4.0
+WINDOW_S = 3.0
 
 
 def _call(case: dict[str, Any]) -> Any:
@@ -102,8 +108,9 @@ class PowerSampler:
 
 
 def measure(call: Any, burst_s: float, handle: Any, nvml: Any) -> dict[str, float]:
-    """Two graphs of half the calls each, back to back; the second half's time per call, energy per call
-    (power integrated, and NVML's counter), clock."""
+    """Two graphs of half the calls each, back to back, each replayed (the first for :data:`LEAD_S`, the second
+    for :data:`WINDOW_S` at least); over the second's replays: the time per call, energy per call (power
+    integrated, and NVML's counter), clock."""
     import torch
 
     half = max(1, min(MAX_CALLS // 2, math.ceil(MAX_HALF_S / burst_s)))
@@ -117,13 +124,17 @@ def measure(call: Any, burst_s: float, handle: Any, nvml: Any) -> dict[str, floa
                 call()
         graphs.append(graph)
     torch.cuda.synchronize()
+    lead = max(1, math.ceil(LEAD_S / (half * burst_s)))
+    window = max(1, math.ceil(WINDOW_S / (half * burst_s)))
     time.sleep(3.0)  # idle first, as the plugin's burst figure starts
     events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
     with PowerSampler(handle, nvml) as power:
         events[0].record()
-        graphs[0].replay()
+        for _ in range(lead):
+            graphs[0].replay()
         events[1].record()
-        graphs[1].replay()
+        for _ in range(window):
+            graphs[1].replay()
         events[2].record()
         events[1].synchronize()
         second_start, energy_start = time.perf_counter(), nvml.nvmlDeviceGetTotalEnergyConsumption(handle)
@@ -131,9 +142,10 @@ def measure(call: Any, burst_s: float, handle: Any, nvml: Any) -> dict[str, floa
         events[2].synchronize()
         second_end, energy_end = time.perf_counter(), nvml.nvmlDeviceGetTotalEnergyConsumption(handle)
     seconds = events[1].elapsed_time(events[2]) / 1e3
-    return {"calls": 2 * half, "time_s": seconds / half, "clock_mhz": clock,
-            "power_j": power.joules(second_start, second_end) / half,
-            "counter_j": (energy_end - energy_start) / 1e3 / half}
+    calls = half * window
+    return {"calls": half * (lead + window), "time_s": seconds / calls, "clock_mhz": clock,
+            "power_j": power.joules(second_start, second_end) / calls,
+            "counter_j": (energy_end - energy_start) / 1e3 / calls}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -243,3 +243,34 @@ def test_a_call_the_warm_up_reads_long_is_timed_by_its_kernels_when_the_host_mad
     short = WarmupReport([0.09, 0.6e-3, 0.6e-3, 0.6e-3], 0.1, True)
     assert measure.call_estimate(short, lambda: None, H200, timers.GRAPH_THRESHOLD_S) == (0.6e-3, "")
     assert not profiled
+
+
+def test_a_call_that_leaves_work_on_an_unjoined_stream_is_not_timed_while_other_capture_failures_fall_back(
+        monkeypatch):
+    """CUDA refuses to end a capture whose call forked work onto a stream it never joins (seen on an H100 with a
+    back end computing on a side stream: 'capturing stream has unjoined work'): that work is outside what events
+    or a graph read, so the case fails naming it; a library that cannot be captured for another reason is timed
+    with events, as before, and the note says why."""
+
+    class Events:
+        kind, calls_per_sample = "cuda-event", 1
+
+        def __init__(self, steps, flush):
+            pass
+
+    def graph_failing(message):
+        class Graph:
+            def __init__(self, steps, calls, flush):
+                raise RuntimeError(message)
+        return Graph
+
+    monkeypatch.setattr(timers, "CudaEventTimer", Events)
+    monkeypatch.setattr(timers, "device_activity", lambda run: [])
+    monkeypatch.setitem(__import__("sys").modules, "torch", type("T", (), {"cuda": type("C", (), {
+        "synchronize": staticmethod(lambda: None)})}))
+    monkeypatch.setattr(timers, "CudaGraphTimer", graph_failing("CUDA error: capturing stream has unjoined work"))
+    with pytest.raises(timers.CaptureError, match="another stream that its own stream does not wait for"):
+        timers.build_timer("cuda-graph", [lambda: None], 1e-3, lambda: None, lambda have: [])
+    monkeypatch.setattr(timers, "CudaGraphTimer", graph_failing("operation not permitted when stream is capturing"))
+    built = timers.build_timer("cuda-graph", [lambda: None], 1e-3, lambda: None, lambda have: [])
+    assert built.kind == "cuda-event" and "graph capture failed (RuntimeError: operation not permitted" in built.note

@@ -317,6 +317,14 @@ def l2_condition(kind: str, sets: int, set_bytes: int, l2_bytes: int | None) -> 
             f" two uses of one set ({l2})")
 
 
+#: What CUDA says when a captured call leaves work on a stream its own stream never waits for, and what that means.
+UNJOINED = "unjoined work"
+SIDE_STREAM = ("the call leaves work on another stream that its own stream does not wait for (a CUDA graph capture"
+               " of it failed: 'capturing stream has unjoined work'): that work is outside the time a pair of events"
+               " or a graph reads, and its output may not be ready when it returns. Make the caller's stream wait for"
+               " it (torch.cuda.current_stream().wait_stream(side)) before returning")
+
+
 def build_timer(
     kind: str,
     steps: list[Step],
@@ -355,6 +363,8 @@ def build_timer(
     except CaptureError:
         raise
     except Exception as exc:  # capture is not possible for every library: fall back, say why
+        if UNJOINED in str(exc):
+            raise CaptureError(SIDE_STREAM) from None
         import torch
 
         torch.cuda.synchronize()
