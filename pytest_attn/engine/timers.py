@@ -363,12 +363,7 @@ def build_timer(
     except CaptureError:
         raise
     except Exception as exc:  # capture is not possible for every library: fall back, say why
-        if UNJOINED in str(exc):
-            raise CaptureError(SIDE_STREAM) from None
-        import torch
-
-        torch.cuda.synchronize()
-        note = f"graph capture failed ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})"
+        note = _capture_failed(exc)
         steps = steps[:1]
         inner = CudaEventTimer(steps, flush)
         if kind == "cuda-graph":
@@ -376,6 +371,17 @@ def build_timer(
     if kind == "cuda-graph":
         return BuiltTimer(inner, kind, note, len(steps), capture, tuple(steps))
     return _kernel_sum(inner, flush, note, len(steps), capture, steps)
+
+
+def _capture_failed(exc: Exception) -> str:
+    """Why a graph could not be captured, for the note of the events that time the call instead; a call that left
+    work on a stream it never joins is not timed at all (:data:`SIDE_STREAM`)."""
+    if UNJOINED in str(exc):
+        raise CaptureError(SIDE_STREAM) from None
+    import torch
+
+    torch.cuda.synchronize()
+    return f"graph capture failed ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})"
 
 
 def _kernel_sum(inner: CudaGraphTimer | CudaEventTimer, flush: Callable[[], None], note: str, sets: int,
