@@ -15,7 +15,7 @@ bug (a wrong mask or head mapping) errs by 0.01 to 1. NaN or Inf never pass.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -156,14 +156,16 @@ class _Worst:
 
 
 def check_rows(
-    case: AttnCase, inputs: Inputs, out: torch.Tensor, out_layout: str, *, rows_per_sequence: int = 8, seed: int = 0
+    case: AttnCase, inputs: Inputs, out: torch.Tensor, out_layout: str, *, rows_per_sequence: int = 8, seed: int = 0,
+    sequences: Sequence[int] | None = None,
 ) -> RowCheck:
-    """Compare ``out`` with the fp64 reference on sampled rows of every sequence, every head."""
+    """Compare ``out`` with the fp64 reference on sampled rows of every sequence (or of ``sequences``), every
+    head."""
     import torch
 
     lowp_dtype = torch_dtype(case.dtype) if case.dtype != "fp8" else torch.bfloat16
     worst, checked = _Worst("out"), 0
-    for index in range(case.batch):
+    for index in (range(case.batch) if sequences is None else sequences):
         rows_list = _sample_rows(case, index, rows_per_sequence, seed + index)
         if not rows_list:
             continue
