@@ -56,6 +56,27 @@ def test_a_clock_that_never_settles_is_said_and_read_over_the_last_third():
     assert not s.settled and s.settled_after_s is None
     assert "did not settle within 5.0 s" in s.note and "never settled" in s.describe()
     assert 1980 - 90 * 5.0 < s.sm_clock_mhz < 1980 - 90 * 5.0 * 2 / 3  # the last third's clocks
+    # why, in the note: what the last third's windows read (an H100's FA4 and FA2 Llama-3-8B fwd did not settle)
+    assert "(its last 7 windows of 0.25 s: time per call 937.6-1013 us, SM clock 1534-1658 MHz, power 672-700 W)" \
+        in s.note
+
+
+def test_the_phase_is_kept_window_by_window_in_the_record():
+    """The trace the settle rule read travels in the record (JSON): what the clock, the power and the time per call
+    did under load, for a plot and for a phase that did not settle."""
+    readings = trace(falls_and_settles, lambda t: 708.0, seconds=3.0)
+    s = sustained(readings, FLOPS, 785.2e-6, None)
+    assert len(s.trace) == 13 and s.trace[0].t_s == 0.0 and s.trace[-1].t_s == 3.0  # the last reading at 3.004 s
+    assert s.trace[0].sm_clock_mhz > 1800 and s.trace[-1].sm_clock_mhz == pytest.approx(1455, abs=5)
+    assert s.trace[-1].per_call_s == pytest.approx(CYCLES / s.trace[-1].sm_clock_mhz * 1e-6, rel=0.01)
+    import dataclasses
+
+    from pytest_attn.core.record import Record
+
+    record = _loaded("fa4", 785.2e-6, 903e-6)
+    assert record.sustained is not None
+    record = dataclasses.replace(record, sustained=dataclasses.replace(record.sustained, trace=s.trace))
+    assert Record.from_json(record.to_json()) == record
 
 
 def test_a_counter_that_wraps_gives_the_same_energy():
@@ -136,6 +157,26 @@ def test_the_energy_plot_places_each_back_end_by_tflops_per_joule():
     assert list(points) == ["fa4", "flash-attn"]
     (per_j, tflops), = points["fa4"]
     assert tflops == pytest.approx(per_j * 708.0)  # TFLOP/s = TFLOP/J x W
+
+
+def test_the_trace_plot_follows_each_case_window_by_window(tmp_path):
+    """sustained_trace.png: each case's SM clock and its time per call over the burst median, from the phase's
+    windows; written with the other plots where matplotlib is installed."""
+    import dataclasses
+
+    from pytest_attn.verdicts.plots import sustained_traces, write_plots
+
+    windows = sustained(trace(falls_and_settles, lambda t: 708.0, seconds=3.0), FLOPS, 785.2e-6, None).trace
+    fa4 = _loaded("fa4", 785.2e-6, 903e-6)
+    fa4 = dataclasses.replace(fa4, sustained=dataclasses.replace(fa4.sustained, trace=windows))
+    traces = sustained_traces([fa4, _loaded("flash-attn", 1560e-6, 1635e-6)])  # the second has no trace
+    assert list(traces) == [fa4.case.id] and len(traces[fa4.case.id]) == len(windows)
+    t, ratio, clock = traces[fa4.case.id][-1]
+    assert t == windows[-1].t_s and clock == windows[-1].sm_clock_mhz
+    assert ratio == pytest.approx(windows[-1].per_call_s / 785.2e-6)
+    pytest.importorskip("matplotlib")
+    written = write_plots(tmp_path, [fa4])
+    assert str(tmp_path / "sustained_trace.png") in written and (tmp_path / "sustained_trace.png").stat().st_size
 
 
 def test_on_a_machine_without_a_gpu_the_option_is_refused_at_start_up(pytester):

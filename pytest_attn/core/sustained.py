@@ -51,6 +51,16 @@ class Reading:
 
 
 @dataclass(frozen=True)
+class Window:
+    """One :data:`WINDOW_S` of the phase: its medians (the trace the settle rule read, kept in the record)."""
+
+    t_s: float  # the window's start, seconds since the phase began
+    per_call_s: float
+    sm_clock_mhz: float | None
+    power_w: float | None
+
+
+@dataclass(frozen=True)
 class Sustained:
     """The sustained figures of one case (see the module's docstring)."""
 
@@ -69,6 +79,7 @@ class Sustained:
     burst_ratio: float | None  # sustained / burst time per call (1.14: 14 % slower under load)
     note: str = ""
     replayed: str = ""  # how the calls ran back to back ("a CUDA graph of 64 calls")
+    trace: tuple[Window, ...] = ()  # the phase window by window: what the clock, power and time per call did
 
     def describe(self) -> str:
         clock = f" at {self.sm_clock_mhz:.0f} MHz" if self.sm_clock_mhz else ""
@@ -150,10 +161,12 @@ def sustained(readings: Sequence[Reading], flops_per_call: float, burst_median_s
     phase_s = readings[-1].t_s
     start = settled_at(readings)
     note = ""
+    windows = trace(readings)
     if start is None:
         start = phase_s * 2 / 3
-        note = (f"the SM clock, the power or the time per call did not settle within {phase_s:.1f} s: the figures are"
-                " over its last third (a longer --attn-sustained=SECONDS may let it settle)")
+        note = (f"the SM clock, the power or the time per call did not settle within {phase_s:.1f} s"
+                f"{spread([w for w in windows if w.t_s >= start])}: the figures are over its last third (a longer"
+                " --attn-sustained=SECONDS may let it settle)")
     part = [r for r in readings if _began(r) >= start - 1e-12]
     if len(part) < 2:
         part = list(readings[-2:])
@@ -171,7 +184,28 @@ def sustained(readings: Sequence[Reading], flops_per_call: float, burst_median_s
         energy_source=source if per_call_j is not None else "not known", tflops=tflops,
         tflops_per_j=flops_per_call / per_call_j / 1e12 if per_call_j else None,
         mfu=tflops / peak_tflops if peak_tflops else None,
-        burst_ratio=time_per_call / burst_median_s if burst_median_s else None, note=note)
+        burst_ratio=time_per_call / burst_median_s if burst_median_s else None, note=note, trace=windows)
+
+
+def trace(readings: Sequence[Reading]) -> tuple[Window, ...]:
+    """The phase window by window (:data:`WINDOW_S`; windows without a reading left out): medians of each."""
+    return tuple(Window(int(w[0].t_s // WINDOW_S) * WINDOW_S, _center(w, "time") or 0.0, _center(w, "sm_clock_mhz"),
+                        _center(w, "power_w")) for w in _windows(readings))
+
+
+def spread(windows: Sequence[Window]) -> str:
+    """How far apart the windows' medians were, in words (", its windows' SM clock 1410-1470 MHz, ..."), or ""."""
+    if len(windows) < 2:
+        return ""
+    times = [w.per_call_s for w in windows]
+    parts = [f"time per call {min(times) * 1e6:.4g}-{max(times) * 1e6:.4g} us"]
+    clocks = [w.sm_clock_mhz for w in windows if w.sm_clock_mhz is not None]
+    powers = [w.power_w for w in windows if w.power_w is not None]
+    if clocks:
+        parts.append(f"SM clock {min(clocks):.0f}-{max(clocks):.0f} MHz")
+    if powers:
+        parts.append(f"power {min(powers):.0f}-{max(powers):.0f} W")
+    return f" (its last {len(windows)} windows of {WINDOW_S:g} s: {', '.join(parts)})"
 
 
 def ranking_change(groups: dict[str, list[tuple[str, float, float]]]) -> list[str]:

@@ -66,8 +66,8 @@ def roofline_ceilings(records: Sequence[Record]) -> tuple[float, float, str] | N
 
 
 def write_plots(folder: Path, records: Sequence[Record]) -> list[str]:
-    """``tflops_vs_seqlen.png``, ``roofline.png`` and, with sustained figures, ``tflops_vs_tflops_per_j.png`` in
-    ``folder``; what was written, or why not."""
+    """``tflops_vs_seqlen.png``, ``roofline.png`` and, with sustained figures, ``tflops_vs_tflops_per_j.png`` and
+    ``sustained_trace.png`` in ``folder``; what was written, or why not."""
     try:
         import matplotlib
 
@@ -88,7 +88,41 @@ def write_plots(folder: Path, records: Sequence[Record]) -> list[str]:
     energy = energy_points(records)
     if energy:
         written.append(_energy(plt, folder, energy))
+    traces = sustained_traces(records)
+    if traces:
+        written.append(_traces(plt, folder, traces))
     return written
+
+
+def sustained_traces(records: Sequence[Record]) -> dict[str, list[tuple[float, float, float | None]]]:
+    """Case -> its sustained phase window by window: (seconds, time per call over the burst median, SM clock). Pure."""
+    out = {}
+    for r in records:
+        s = r.sustained
+        if s is not None and s.trace and r.median_s > 0:
+            out[r.case.id] = [(w.t_s, w.per_call_s / r.median_s, w.sm_clock_mhz) for w in s.trace]
+    return out
+
+
+def _traces(plt: Any, folder: Path, traces: dict[str, list[tuple[float, float, float | None]]]) -> str:
+    """What each case's clock and time per call did under sustained load, from the burst on."""
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
+    for ax in (top, bottom):
+        ax.set_prop_cycle(color=plt.cm.tab20.colors)
+    for case, windows in traces.items():
+        top.plot([t for t, _, _ in windows], [c for _, _, c in windows], label=case, lw=1)
+        bottom.plot([t for t, _, _ in windows], [x for _, x, _ in windows], lw=1)
+    top.set_ylabel("SM clock (MHz)")
+    top.set_title("Under sustained load: the SM clock and the time per call, window by window")
+    bottom.set_ylabel("time per call / burst median")
+    bottom.set_xlabel("seconds of back-to-back calls")
+    for ax in (top, bottom):
+        ax.grid(True, alpha=0.3)
+    top.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(folder / "sustained_trace.png", dpi=120)
+    plt.close(fig)
+    return str(folder / "sustained_trace.png")
 
 
 def energy_points(records: Sequence[Record]) -> dict[str, list[tuple[float, float]]]:
