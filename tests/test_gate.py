@@ -361,3 +361,27 @@ def test_a_baseline_from_another_gpu_of_the_model_counts_the_unit_to_unit_noise(
             verdicts[uuid, change] = c.verdict
     assert verdicts == {("GPU-a", 0.029): "SLOWER", ("GPU-b", 0.029): "AMBIGUOUS",
                         ("GPU-a", 0.05): "SLOWER", ("GPU-b", 0.05): "SLOWER"}
+
+
+def test_an_events_figure_with_the_host_in_it_counts_that_share_as_noise():
+    """FA4's varlen fwd+bwd on an H100, pinned to events by the committed baseline (7.541 ms, repeats 7.641, 7.641,
+    7.541), read 7.248 ms on another host whose warm-up profiled its kernels 2 % under its events (and 7.041 ms
+    with 5 %): FASTER against the repeats alone, AMBIGUOUS once that share is noise. A kernel-sum figure, or an
+    events one without host gaps, is judged as before."""
+    from factories import H200, record
+
+    from pytest_attn.verdicts.runs import bench_of
+
+    def bench(median_s, timer="cuda-event", host_gap=None, repeats=()):
+        r = record("fa4-varlen", median_s, device=H200, test="t", precision=0.006)
+        timing = dataclasses.replace(r.timing, timer=timer, host_gap=host_gap, repeats_s=repeats)
+        return bench_of(dataclasses.replace(r, timing=timing))
+
+    base = {"t": bench(7.541e-3, repeats=(7.641e-3, 7.641e-3, 7.541e-3))}
+    (plain,) = compare(base, {"t": bench(7.248e-3)}, Thresholds())
+    (gapped,) = compare(base, {"t": bench(7.248e-3, host_gap=0.02)}, Thresholds())
+    assert (plain.verdict, gapped.verdict) == ("FASTER", "AMBIGUOUS")
+    assert any("2.0% of which the GPU sat idle while the host launched" in n for n in gapped.notes)
+    (kernels,) = compare({"t": bench(7.541e-3, "kernel-sum", repeats=(7.641e-3, 7.641e-3, 7.541e-3))},
+                         {"t": bench(7.248e-3, "kernel-sum", host_gap=0.02)}, Thresholds())
+    assert kernels.verdict == "FASTER" and not any("host" in n for n in kernels.notes)

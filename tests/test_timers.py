@@ -260,6 +260,7 @@ def test_a_long_call_with_the_host_in_its_events_figure_is_timed_by_its_kernels(
     warm = WarmupReport([0.09, 7.0e-3, 7.04e-3, 7.1e-3], 0.1, True)
     estimate, why, by_kernels = measure.call_estimate(warm, lambda: None, H200, timers.GRAPH_THRESHOLD_S)
     assert by_kernels and estimate == 6.64e-3 and "the GPU idles 6% of the call while the host launches" in why
+    assert warm.host_gap == pytest.approx(1 - 6.64 / 7.04)  # into the record: the gate counts it for events
     kernels["s"] = 6.9e-3  # 2 % under the events reading
     estimate, why, by_kernels = measure.call_estimate(warm, lambda: None, H200, timers.GRAPH_THRESHOLD_S)
     assert not by_kernels and estimate == 7.04e-3

@@ -74,6 +74,8 @@ class Timing:
     l2: str = ""  # the cache condition the figure is for (cold or warm L2, input sets rotated)
     capture: str = ""  # graph-timed cases: what the eager-vs-replay check found
     timer_choice: str = ""  # why this timer: pinned by a baseline, asked for, or the call's length (and the warm-up's)
+    host_gap: float | None = None  # a call of 5 ms or more: the share of its events reading the GPU idled (1 - kernels
+    # of one profiled call / the warm-up's events estimate): what of an events figure moves with the host
 
     @property
     def pin(self) -> TimerPin:
