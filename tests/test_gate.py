@@ -1,4 +1,4 @@
-"""The gate's verdict rule (pytest_attn.verdicts.gate) on synthetic runs with known noise -- a 5 % shift
+"""The gate's verdict rule (pytest_attn.verdicts.rule) on synthetic runs with known noise -- a 5 % shift
 at the recorded noise is SLOWER, an A/A pair is SAME, overlapping evidence is AMBIGUOUS, a change
 that vanishes in clock cycles is CLOCK, a SAME hidden by a faster clock is AMBIGUOUS -- and on a
 recorded H200 run (tests/data: four results of the smoke profile, recorded before the result record
@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from pytest_attn.core.stats import relative_precision
-from pytest_attn.verdicts.gate import (
+from pytest_attn.verdicts.reports import explain, headline
+from pytest_attn.verdicts.rule import (
     DEFAULT_FAIL_ON,
     FLOOR,
     Noise,
@@ -28,7 +29,6 @@ from pytest_attn.verdicts.gate import (
     regressions,
     verdict,
 )
-from pytest_attn.verdicts.reports import explain, headline
 from pytest_attn.verdicts.runs import Bench, benches
 
 RECORDED = Path(__file__).parent / "data" / "h200_smoke_subset.json"

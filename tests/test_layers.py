@@ -176,3 +176,24 @@ def test_each_layer_says_what_it_is():
     for name in ORDER:
         doc = ast.get_docstring(ast.parse((PACKAGE / name / "__init__.py").read_text()))
         assert doc and len(doc) > 200, f"pytest_attn/{name}/__init__.py needs its one-paragraph docstring"
+
+
+def test_no_two_modules_share_a_name():
+    """A name says one job: ``gate`` was the plugin's wiring, the verdict rule and (as ``gating``) a run's
+    decision; ``reference`` both the oracle and the back end that runs it. Now ``plugin.gate``,
+    ``verdicts.rule``, ``verdicts.decision``, ``oracle.reference`` and ``backends.upcast``."""
+    seen: dict[str, list[str]] = {}
+    for path in modules():
+        if path.stem not in ("__init__", "__main__"):
+            seen.setdefault(path.stem, []).append(dotted(path))
+    shared = {name: where for name, where in seen.items() if len(where) > 1}
+    assert not shared, shared
+
+
+def test_each_package_docstring_names_its_modules():
+    """A new maintainer reads a package's docstring first: every module of the package is named there."""
+    for name in ORDER:
+        doc = ast.get_docstring(ast.parse((PACKAGE / name / "__init__.py").read_text())) or ""
+        unnamed = [p.stem for p in sorted((PACKAGE / name).glob("*.py"))
+                   if p.stem != "__init__" and f":mod:`.{p.stem}`" not in doc]
+        assert not unnamed, f"pytest_attn/{name}/__init__.py does not name {', '.join(unnamed)}"

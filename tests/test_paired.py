@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from pytest_attn.verdicts.gate import verdict
 from pytest_attn.verdicts.paired import AB_THRESHOLD, paired
+from pytest_attn.verdicts.rule import verdict
 
 CASES = 200
 BLOCKS = 8  # blocks per arm and case

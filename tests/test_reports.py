@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_attn.verdicts.gate import Thresholds, compare
 from pytest_attn.verdicts.reports import csv_text, markdown, terminal_lines
+from pytest_attn.verdicts.rule import Thresholds, compare
 from pytest_attn.verdicts.runs import benches
 
 RECORDED = Path(__file__).parent / "data" / "h200_smoke_subset.json"

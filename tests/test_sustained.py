@@ -128,8 +128,8 @@ def test_burst_and_sustained_sit_side_by_side_in_the_table_reports_and_the_json(
     from factories import H200
 
     from pytest_attn.core.record import Record
-    from pytest_attn.verdicts.gate import Thresholds, compare
     from pytest_attn.verdicts.reports import csv_text, sustained_markdown
+    from pytest_attn.verdicts.rule import Thresholds, compare
     from pytest_attn.verdicts.runs import by_name
     from pytest_attn.verdicts.table import render
 

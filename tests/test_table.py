@@ -123,7 +123,7 @@ def test_a_table_wider_than_the_terminal_loses_its_least_needed_columns_and_says
 def test_a_saved_run_to_compare_with_gives_each_case_its_change_and_flags_a_jump():
     """--benchmark-compare's comparison was only in pytest-benchmark's ~250-column tables, and a 10.9x jump
     (220.78 us -> 2.408 ms) was flagged nowhere."""
-    from pytest_attn.verdicts.gate import Thresholds, compare
+    from pytest_attn.verdicts.rule import Thresholds, compare
     from pytest_attn.verdicts.runs import by_name
 
     saved = [record("sdpa-flash", 220.78e-6, test="t::a"), record("sdpa-cudnn", 192e-6, test="t::b")]

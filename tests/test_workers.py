@@ -317,6 +317,11 @@ def test_the_merge_command_refuses_bad_options_and_unwritable_paths_with_exit_4(
     assert stopped.value.code == 4
     err = capsys.readouterr().err
     assert "--threshold 'abc' is not a number or a percentage (e.g. 5% or 0.05)" in err and "lambda" not in err
+    with pytest.raises(SystemExit) as stopped:  # named by the command's own flag, not the plugin's --attn-fail-on
+        main(["merge", a, "--fail-on=slowr"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 4 and "--fail-on: 'slowr' is not a list of verdicts: give one or more of" in err
+    assert "--attn-" not in err
     (tmp_path / "afile").write_text("")
     for flag, path in (("--json", tmp_path / "afile" / "m.json"), ("--report", tmp_path / "afile" / "rep")):
         assert main(["merge", a, "--baseline", "off", flag, str(path)]) == 4

@@ -7,6 +7,12 @@ the one answer to "can this back end run here". PyTorch (SDPA per kernel, flex, 
 :mod:`.registration` adds back ends from entry points, :mod:`.signature` matches keywords to the
 installed library. Adapters import their library inside methods only, and import nothing above the
 core and the oracle. A new back end goes here (or in your own package, registered by entry point).
+
+Modules: :mod:`.base` (the interface, the registry), :mod:`.torch_sdpa`, :mod:`.torch_flex`,
+:mod:`.torch_varlen`, :mod:`.torch_padded` (PyTorch), :mod:`.flash_attn` (FA2, FA3, FA4), :mod:`.flashinfer`,
+:mod:`.flashinfer_paged` and :mod:`.flashinfer_jit` (FlashInfer, its paged calls and its JIT step),
+:mod:`.kvcache` (KV caches as serving engines hold them), :mod:`.upcast` (the oracle's math as a back end),
+:mod:`.registration`, :mod:`.signature`.
 """
 
 from __future__ import annotations
@@ -15,11 +21,11 @@ from .base import Backend, QuietWarning, Registry, RegistryError, Unsupported, r
 from .flash_attn import FA4_QUIET, FLASH_ATTN_BACKENDS
 from .flashinfer import PREFILL_BACKENDS
 from .flashinfer_paged import PAGED_BACKENDS
-from .reference import ReferenceBackend
 from .torch_flex import FlexBackend
 from .torch_padded import SdpaPaddedBackend
 from .torch_sdpa import SDPA_BACKENDS, SdpaBackend, SdpaLoopBackend
 from .torch_varlen import VarlenBackend
+from .upcast import ReferenceBackend
 
 #: Regular expressions of library warnings that are not the user's business (UserWarnings, matched from the
 #: message's start): attention runs filter them, and nothing else.

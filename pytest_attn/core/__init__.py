@@ -8,4 +8,10 @@ table, the gate, reports, plots, baselines, and between processes and machines. 
 touches a GPU or reads NVML; the few helpers that build tensors (:mod:`.mask_tensors`,
 :mod:`.layouts`) import torch inside the function. Every other layer imports from here; this layer
 imports from none of them.
+
+Modules: :mod:`.case`, :mod:`.catalog`, :mod:`.adhoc` (``--attn-case``), :mod:`.codec`, :mod:`.masks`,
+:mod:`.mask_formats`, :mod:`.mask_tensors`, :mod:`.layouts`, :mod:`.flops`, :mod:`.peaks`, :mod:`.metrics`,
+:mod:`.device`, :mod:`.kernel_names`, :mod:`.stats`, :mod:`.throttle`, :mod:`.sustained` (the sustained figure),
+:mod:`.record`, :mod:`.converters` and :mod:`.percent` (command-line values), :mod:`.files` (JSON read, files
+written atomically).
 """

@@ -8,4 +8,12 @@ fall-backs) -- and returns a :class:`~pytest_attn.core.record.Record`. Around it
 (:mod:`.ceilings`), the profiler, NVTX and traces (:mod:`.profiler`), HBM traffic through ncu
 (:mod:`.hbm`) and the deliberate slowdown that proves the gate (:mod:`.slowed`). A new timer or
 measurement goes here; it reports through the record, never through pytest.
+
+Modules: :mod:`.runner`, :mod:`.measure` (one case: set up, warm up, the timer, samples, the record),
+:mod:`.settings`, :mod:`.inputs`, :mod:`.timers`, :mod:`.sampling`, :mod:`.stopping`, :mod:`.spotcheck` (what a
+kernel cannot get away with), :mod:`.load_phase` (the sustained phase), :mod:`.nvml`, :mod:`.probe`,
+:mod:`.clocks`, :mod:`.ceilings`, :mod:`.profiler`, :mod:`.hbm`, :mod:`.slowed`, :mod:`.compile` (kernel modules
+built before the first sample), :mod:`.threads`; the paired A/B: :mod:`.armspec` (what an arm is), :mod:`.arms`
+(the controller's side), :mod:`.arm` (the worker), :mod:`.pairing` (turns and stopping), :mod:`.clockprobe` (a
+block's mean SM clock).
 """

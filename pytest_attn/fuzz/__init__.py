@@ -9,4 +9,7 @@ pytest_attn.fuzz '<case json>'`` replays a failure. It knows nothing of pytest: 
 be fuzzed here is a value (:class:`~.fuzzer.Refused`) the plugin turns into a skip. The strategies
 and the ledger live here rather than beside the oracle because only fuzzing needs Hypothesis: the
 benchmark path never imports it.
+
+Modules: :mod:`.strategies`, :mod:`.space`, :mod:`.fuzzer`, :mod:`.example`, :mod:`.ledger`, :mod:`.profiles`,
+:mod:`.__main__` (the replay command).
 """

@@ -6,4 +6,8 @@ at most 2x (gradients 3x) the error of the same math in the case's dtype, plus t
 for dq/dk, the term a FlashAttention backward errs by design -- on sampled rows before timing, or on
 every element for the fuzzer. It knows tensors and the core vocabulary, nothing of pytest, timing or
 any kernel library.
+
+Modules: :mod:`.reference` (the fp64 math), :mod:`.checks` (the error rule), :mod:`.grad_rows` and
+:mod:`.grad_check` (gradients on sampled rows, and their check before timing), :mod:`.cache` (a KV cache after an
+appending call).
 """

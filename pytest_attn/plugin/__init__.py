@@ -9,6 +9,11 @@ cut short; :mod:`.signals` makes SIGTERM and SIGHUP stop a run as Ctrl-C does; :
 hook for bringing your own back end. The layers below (core, oracle, backends, engine, fuzz, verdicts) know
 nothing of pytest; a new option or hook goes here. Loading the plugin imports no torch, no Hypothesis and
 touches no GPU.
+
+Modules: :mod:`.command_line`, :mod:`.options`, :mod:`.session`, :mod:`.detect` (is this an attention run),
+:mod:`.bench`, :mod:`.benchjson` (records as pytest-benchmark's JSON), :mod:`.figures` (figures that need the
+session), :mod:`.progress`, :mod:`.summary`, :mod:`.fuzz`, :mod:`.gate`, :mod:`.ab` (the paired A/B),
+:mod:`.history`, :mod:`.signals`, :mod:`.workers` (pytest-xdist workers and shards), :mod:`.hookspecs`.
 """
 
 from __future__ import annotations

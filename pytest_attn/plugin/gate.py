@@ -2,7 +2,7 @@
 
 * Gate: when a baseline is stored for a device (``baselines/<device-key>/baseline.json``: the GPU's name,
   or ``cpu-<model>`` on a CPU) or given with ``--attn-baseline=PATH``, every result gets a verdict
-  (:mod:`pytest_attn.verdicts.gating`); the verdicts ``--attn-fail-on`` names (SLOWER by default) make the
+  (:mod:`pytest_attn.verdicts.decision`); the verdicts ``--attn-fail-on`` names (SLOWER by default) make the
   exit status non-zero, and so does a run that matched no case of its baseline. Results of several device
   models (pytest-xdist workers on different GPUs) are gated per model. A baseline from another device is
   refused with both names. A given baseline is read at start-up: a missing or corrupt file stops the run
@@ -25,8 +25,8 @@ import pytest
 
 from ..core.record import Record, TimerPin
 from ..verdicts.baseline import BaselineError, baseline_path, load_baseline, save_baseline
+from ..verdicts.decision import Outcome, by_device, gate
 from ..verdicts.fingerprint import Fingerprint, fingerprint_of
-from ..verdicts.gating import Outcome, by_device, gate
 from ..verdicts.layout import wrap
 from ..verdicts.reports import markdown, write_reports
 from ..verdicts.runs import benches

@@ -28,8 +28,8 @@ from ..engine.armspec import parse_ab
 from ..engine.clocks import LockRequest, parse_lock
 from ..engine.threads import usable_cpus
 from ..engine.timers import TIMER_KINDS
-from ..verdicts.gate import DEFAULT_FAIL_ON, DEFAULT_THRESHOLD, parse_fail_on, parse_override
 from ..verdicts.paired import AB_THRESHOLD
+from ..verdicts.rule import DEFAULT_FAIL_ON, DEFAULT_THRESHOLD, parse_fail_on, parse_override
 
 T = TypeVar("T")
 

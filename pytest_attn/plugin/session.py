@@ -37,8 +37,8 @@ from ..engine.slowed import SlowedBackend
 from ..engine.stopping import StopRule, WarmupRule
 from ..engine.threads import auto_threads, set_torch_threads, usable_cpus
 from ..verdicts.fingerprint import gpu_key
-from ..verdicts.gate import DEFAULT_FAIL_ON, Thresholds
 from ..verdicts.layout import wrap
+from ..verdicts.rule import DEFAULT_FAIL_ON, Thresholds
 from .options import DEFAULT_SUSTAINED_S, AttnOptions
 from .progress import Progress, WallTimes
 

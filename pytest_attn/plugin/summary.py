@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from ..verdicts.gate import Comparison, compare
 from ..verdicts.layout import wrap
+from ..verdicts.rule import Comparison, compare
 from ..verdicts.runs import benches, by_name
 from ..verdicts.table import render, time_lines
 from .session import (

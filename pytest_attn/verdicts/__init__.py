@@ -4,8 +4,13 @@
 ``extra_info``); :mod:`.peers` puts each result against the others of its problem (vs best, speedup,
 slow paths); :mod:`.table` renders the terminal summary; :mod:`.fingerprint` says what a run was
 measured on and whether two may be compared; :mod:`.baseline` stores and checks baselines;
-:mod:`.gate` gives each case its verdict (SAME / SLOWER / FASTER / AMBIGUOUS / CLOCK / NEW / MISSING) and
-:mod:`.gating` a run's, per device model; :mod:`.reports` and :mod:`.plots` write Markdown, CSV and figures;
+:mod:`.rule` gives each case its verdict (SAME / SLOWER / FASTER / AMBIGUOUS / CLOCK / NEW / MISSING) and
+:mod:`.decision` a run's, per device model; :mod:`.reports` and :mod:`.plots` write Markdown, CSV and figures;
 :mod:`.merge` joins the JSON of shards run apart, and :mod:`.cli` is the ``pytest-attn merge`` command over
 them. A new verdict or report goes here; it reads records and writes text.
+
+Modules: :mod:`.runs`, :mod:`.peers`, :mod:`.table`, :mod:`.layout` (text that fits a terminal),
+:mod:`.fingerprint`, :mod:`.baseline`, :mod:`.rule`, :mod:`.decision`, :mod:`.paired` (A/B verdicts),
+:mod:`.reports` and :mod:`.ab_reports`, :mod:`.plots`, :mod:`.merge`, :mod:`.cli` and :mod:`.__main__` (``pytest-attn
+merge``).
 """

@@ -20,10 +20,10 @@ from typing import Any, NoReturn
 from ..core.converters import option_value
 from ..core.files import InputError, read_json, write_atomic
 from .baseline import baseline_path, check_run, load_baseline
-from .gate import DEFAULT_FAIL_ON, DEFAULT_THRESHOLD, Thresholds, parse_fail_on, parse_fraction, parse_override
-from .gating import by_device, gate
+from .decision import by_device, gate
 from .merge import MergeError, merge_runs, shard_problems
 from .reports import write_reports
+from .rule import DEFAULT_FAIL_ON, DEFAULT_THRESHOLD, Thresholds, parse_fail_on, parse_fraction, parse_override
 from .runs import records
 from .table import render, time_lines
 

@@ -4,7 +4,7 @@ blocks of samples, each block of arm B beside one of arm A in time. Pure.
 A run-vs-baseline comparison fights noise *between* runs -- another day's clock, power cap, temperature --
 and resolves about 5 %. Pairing takes it out: the blocks of a pair ran within the same second or two, so
 whatever the clock did to one it did to the other, and only the arms' difference is left in their ratio.
-Per case the verdict is the gate's rule (:func:`~pytest_attn.verdicts.gate.verdict`) applied to the
+Per case the verdict is the gate's rule (:func:`~pytest_attn.verdicts.rule.verdict`) applied to the
 geometric mean of the pairs' ratios B/A, with the standard error of the mean log ratio as the noise: at
 the A/B threshold (:data:`AB_THRESHOLD`, 2 %), SLOWER once the change is beyond both three standard errors
 and 1 %. The ratios are of cycles (block time x the block's mean SM clock) where every block's clock was
@@ -39,7 +39,7 @@ from ..core.stats import (
     t_widening,
     without_outliers,
 )
-from .gate import CLOCK_STEP, Z, verdict
+from .rule import CLOCK_STEP, Z, verdict
 
 AB_THRESHOLD = 0.02
 #: A clock this much apart between the arms is noted (pairing saw the same seconds: the kernel's own doing).

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from ..core.files import write_atomic
 from ..core.record import Record
-from .gate import DEFAULT_FAIL_ON, Comparison
 from .layout import fit_table
 from .plots import write_plots
+from .rule import DEFAULT_FAIL_ON, Comparison
 from .table import fmt_time, sustained_lines
 
 HEADER = ("benchmark", "baseline", "current", "change", "noise", "cycles", "verdict", "TFLOP/s", "MFU")

@@ -9,9 +9,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from ..core.device import DeviceInfo
 from ..core.record import Peers, Record
 from ..core.sustained import ranking_change
-from .gate import Comparison
 from .layout import fit_table, wrap
 from .peers import peers_of, slow_path_lines
+from .rule import Comparison
 
 COLUMNS = ("backend", "median", "±95%", "sustained", "vs saved", "vs best", "speedup", "TFLOP/s", "MFU", "MFU@clk",
            "of ceil", "SM MHz", "load MHz", "W", "TFLOP/J", "TB/s", "FLOP/B", "bound", "peak mem", "timer")

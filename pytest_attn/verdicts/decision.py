@@ -12,7 +12,8 @@ from typing import Any
 from ..core.record import Record
 from .baseline import stored_device, stored_fingerprint
 from .fingerprint import Fingerprint, differences, fingerprint_of
-from .gate import (
+from .reports import counts, terminal_lines
+from .rule import (
     DEFAULT_FAIL_ON,
     OTHER_GPU_NOISE,
     Comparison,
@@ -23,7 +24,6 @@ from .gate import (
     other_gpu,
     regressions,
 )
-from .reports import counts, terminal_lines
 from .runs import benches, by_name, partial_note
 
 

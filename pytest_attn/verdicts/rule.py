@@ -100,8 +100,8 @@ def parse_fail_on(text: str) -> tuple[str, ...]:
     names = tuple(x.strip().upper() for x in text.split(",") if x.strip())
     bad = [n for n in names if n not in FAILABLE]
     if not names or bad:
-        raise ValueError(f"--attn-fail-on={text!r}: give one or more of {', '.join(n.lower() for n in FAILABLE)}"
-                         " (e.g. slower,missing)")
+        raise ValueError(f"{text!r} is not a list of verdicts: give one or more of"
+                         f" {', '.join(n.lower() for n in FAILABLE)} (e.g. slower,missing)")
     return names
 
 
