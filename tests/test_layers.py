@@ -197,3 +197,19 @@ def test_each_package_docstring_names_its_modules():
         unnamed = [p.stem for p in sorted((PACKAGE / name).glob("*.py"))
                    if p.stem != "__init__" and f":mod:`.{p.stem}`" not in doc]
         assert not unnamed, f"pytest_attn/{name}/__init__.py does not name {', '.join(unnamed)}"
+
+
+def test_the_session_end_is_in_one_place():
+    """The session's end was seven ``pytest_sessionfinish`` and five ``pytest_terminal_summary`` hooks in seven
+    modules, their order set by registration and tryfirst/trylast and written down nowhere. Now plugin.finish
+    runs the steps in the order its docstring gives; the one other hook is history's SavingGuard, the wrapper
+    that turns a failed save into a message."""
+    ends = ("pytest_sessionfinish", "pytest_terminal_summary")
+    found = []
+    for path in sorted((PACKAGE / "plugin").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name in ends:
+                found.append(f"{path.stem}.{node.name}")
+    assert sorted(found) == ["finish.pytest_sessionfinish", "finish.pytest_sessionfinish",
+                             "finish.pytest_terminal_summary", "finish.pytest_terminal_summary",
+                             "history.pytest_sessionfinish"], found

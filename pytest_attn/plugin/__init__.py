@@ -13,7 +13,8 @@ touches no GPU.
 Modules: :mod:`.command_line`, :mod:`.options`, :mod:`.session`, :mod:`.detect` (is this an attention run),
 :mod:`.bench`, :mod:`.benchjson` (records as pytest-benchmark's JSON), :mod:`.figures` (figures that need the
 session), :mod:`.progress`, :mod:`.summary`, :mod:`.fuzz`, :mod:`.gate`, :mod:`.ab` (the paired A/B),
-:mod:`.history`, :mod:`.signals`, :mod:`.workers` (pytest-xdist workers and shards), :mod:`.hookspecs`.
+:mod:`.history`, :mod:`.signals`, :mod:`.workers` (pytest-xdist workers and shards), :mod:`.hookspecs`,
+:mod:`.finish` (the session's end, in order).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ pytest_plugins = [
     "pytest_attn.plugin.bench",
     "pytest_attn.plugin.fuzz",
     "pytest_attn.plugin.history",
+    "pytest_attn.plugin.finish",
 ]
 
 __all__ = ["attn_cases", "attn_session", "fuzz_targets", "prepare_attention_run"]

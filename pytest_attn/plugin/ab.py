@@ -234,8 +234,8 @@ class Collector:
                 self.run.worker_lines = json.loads(value)
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_sessionfinish(session: pytest.Session) -> None:
+def finish_ab(session: pytest.Session) -> None:
+    """The A/B's arms closed; on the controller, its verdicts, reports and exit status."""
     config = session.config
     run = ab_run(config)
     if run is None:
@@ -266,7 +266,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     config.stash[AB_LINES] = lines
 
 
-def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+def ab_section(terminalreporter: Any, config: pytest.Config) -> None:
     write_section(terminalreporter, "pytest-attn A/B", config.stash.get(AB_LINES, []))
 
 

@@ -344,10 +344,10 @@ def attn_kernels(request: pytest.FixtureRequest, attn_device: DeviceInfo) -> Cal
 
 # ---- the end of the session ----------------------------------------------------------------------
 
-@pytest.hookimpl(hookwrapper=True, tryfirst=True)
-def pytest_sessionfinish(session: pytest.Session) -> Any:
-    """Before pytest-benchmark saves (its own wrapper saves before yielding, so this one must wrap
-    it): each result against the others of its problem, known only once the whole group has run."""
+def settle_records(session: pytest.Session) -> None:
+    """Before pytest-benchmark saves (:mod:`.finish`): "measured nothing" where nothing was, each result against
+    the others of its problem (known only once the whole group has run), and the controller's records handed to
+    pytest-benchmark."""
     attn = session.config.stash.get(ATTN_SESSION, None)
     if attn is not None and not is_worker(session.config):
         nothing_measured(session, attn)
@@ -360,7 +360,6 @@ def pytest_sessionfinish(session: pytest.Session) -> Any:
             # the controller of pytest-xdist workers: their records become pytest-benchmark's results, so
             # its JSON, autosave, --benchmark-compare and --benchmark-compare-fail work as in one process
             bs.benchmarks.extend(benchmark_metadata(r) for r in attn.records)
-    yield
 
 
 @pytest.hookimpl(optionalhook=True)

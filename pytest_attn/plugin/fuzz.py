@@ -169,8 +169,7 @@ def _unreached(config: pytest.Config) -> list[str]:
             for (name, direction), reach in sorted(_reach(config).items()) if reach.missing()]
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_sessionfinish(session: pytest.Session) -> None:
+def judge_reach(session: pytest.Session) -> None:
     """A relation of lengths (self, prefix, decode, cross) a back end takes but no example reached fails
     the run: that back end lost a whole class of shapes without a word otherwise. A pytest-xdist worker
     hands its reach to the controller instead, which judges them all."""
@@ -197,7 +196,7 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
             reach[(name, direction)] = Reach.from_json(data)
 
 
-def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+def fuzz_section(terminalreporter: Any, config: pytest.Config) -> None:
     reaches = _reach(config)
     if not any(r.total or r.refused for r in reaches.values()):
         return

@@ -163,16 +163,10 @@ def timer_pins(config: pytest.Config) -> dict[str, TimerPin]:
     return pins
 
 
-@pytest.hookimpl(hookwrapper=True, tryfirst=True)
-def pytest_sessionfinish(session: pytest.Session) -> Any:
-    """Before pytest-benchmark saves (its wrapper saves before yielding; this one, registered before
-    :mod:`.bench`'s, runs after the peers are known): the gate, the baseline and the reports come from the
-    session's records alone, so a failed save of pytest-benchmark's (a full disk) cannot cost them."""
-    _gate_session(session)
-    yield
-
-
-def _gate_session(session: pytest.Session) -> None:
+def gate_session(session: pytest.Session) -> None:
+    """Before pytest-benchmark saves, after the peers are known (:mod:`.finish`): the gate, the baseline and the
+    reports come from the session's records alone, so a failed save of pytest-benchmark's (a full disk) cannot
+    cost them."""
     config = session.config
     attn = config.stash.get(ATTN_SESSION, None)
     if attn is None or not attn.records or hasattr(config, "workerinput"):  # a worker: the controller gates
@@ -290,5 +284,5 @@ def write_section(terminalreporter: Any, title: str, lines: list[str]) -> None:
             terminalreporter.write_line(line)
 
 
-def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+def gate_section(terminalreporter: Any, config: pytest.Config) -> None:
     write_section(terminalreporter, "pytest-attn gate", config.stash.get(GATE_LINES, []))

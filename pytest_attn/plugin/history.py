@@ -67,13 +67,11 @@ def _runnable(session: pytest.Session, attn: AttnSession) -> int | None:
         return attn.progress.total
 
 
-@pytest.hookimpl(hookwrapper=True, tryfirst=True)
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Any:
-    """Before pytest-benchmark saves (its wrapper saves before it yields): was this run cut short?"""
+def mark_partial(session: pytest.Session, exitstatus: int) -> None:
+    """Before pytest-benchmark saves (:mod:`.finish`): was this run cut short? What it saves is marked so."""
     partial = _partial(session, exitstatus)
     if partial is not None:
         session.config.stash[PARTIAL] = partial
-    yield
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -217,9 +215,8 @@ def pytest_benchmark_compare_machine_info(config: pytest.Config, compared_benchm
     config.stash.setdefault(COMPARED, []).append((name, compared_benchmark))
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    """Last: a failed save is the last thing the run says."""
+def history_section(terminalreporter: Any, config: pytest.Config) -> None:
+    """Last of all (:mod:`.finish`): a failed save is the last thing the run says."""
     notes = config.stash.get(HISTORY_NOTES, [])
     partial = config.stash.get(PARTIAL, None)
     if partial is not None and config.stash.get(ATTN_SESSION, None) is not None and attn_session(config).records:

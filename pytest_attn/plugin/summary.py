@@ -106,7 +106,7 @@ def _compared(config: pytest.Config, session: AttnSession) -> tuple[str, list[Co
     return name, [c for c in compare(benches(run), mine, session.gate.thresholds) if c.name in mine]
 
 
-def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+def summary_section(terminalreporter: Any, config: pytest.Config) -> None:
     session = config.stash.get(ATTN_SESSION, None)
     nothing = config.stash.get(NOTHING_MEASURED, "")
     width = terminal_width(config)

@@ -201,7 +201,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         bs.xdist_warning = False
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
+def hand_over_lines(session: pytest.Session) -> None:
     """A worker's session lines (ceilings, compile phase, notes), for the controller to print."""
     config = session.config
     if not is_worker(config) or config.stash.get(ATTN_SESSION, None) is None:
