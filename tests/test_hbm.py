@@ -74,3 +74,23 @@ def test_measure_says_why_not(tmp_path, monkeypatch):
     header = CSV.splitlines()[2]
     _fake_ncu(tmp_path, monkeypatch, header + "\n")
     assert hbm.measure("{}", 1).startswith("ncu profiled no kernel")
+
+
+def test_a_conftest_back_end_reaches_the_ncu_side_through_its_file(tmp_path):
+    """--attn-hbm's subprocess built its registry from the built-in back ends alone: a back end registered by a
+    conftest was unknown there. The session now names the file that registered it, and the subprocess builds its
+    registry as every process does (pytest_attn.backends.assemble_registry)."""
+    from pytest_attn.backends import assemble_registry
+
+    cmd = hbm.ncu_command("/usr/bin/ncu", "{}", ["/p/conftest.py"])
+    assert cmd[-5:] == ["-m", "pytest_attn.engine.hbm", "{}", "--backends-from", "/p/conftest.py"]
+    case_json, files = hbm.subprocess_args(cmd[cmd.index("pytest_attn.engine.hbm") + 1:])
+    assert (case_json, files) == ("{}", ["/p/conftest.py"])
+    conftest = tmp_path / "conftest.py"
+    conftest.write_text(
+        "from pytest_attn.backends import SdpaBackend\n\n"
+        "class Mine(SdpaBackend):\n    name = 'mine-hbm'\n\n"
+        "def pytest_attn_register_backends(registry, config):\n    registry.register(Mine('math'))\n")
+    registry = assemble_registry(files=[str(conftest)])
+    assert registry.get("mine-hbm").name == "mine-hbm" and registry.origin("mine-hbm") == str(conftest)
+    assert "sdpa-math" in registry.names()  # and the built-in ones

@@ -17,10 +17,14 @@ Modules: :mod:`.base` (the interface, the registry), :mod:`.torch_sdpa`, :mod:`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from .base import Backend, QuietWarning, Registry, RegistryError, Unsupported, refusal
 from .flash_attn import FA4_QUIET, FLASH_ATTN_BACKENDS
 from .flashinfer import PREFILL_BACKENDS
 from .flashinfer_paged import PAGED_BACKENDS
+from .registration import register_entry_points, register_from_file, register_from_hooks
 from .torch_flex import FlexBackend
 from .torch_padded import SdpaPaddedBackend
 from .torch_sdpa import SDPA_BACKENDS, SdpaBackend, SdpaLoopBackend
@@ -45,6 +49,20 @@ def builtin_registry() -> Registry:
                      ReferenceBackend()])
 
 
+def assemble_registry(*, hook_impls: Iterable[Any] = (), config: Any = None, files: Iterable[str] = ()) -> Registry:
+    """The one way a registry is built, in every process: the built-in back ends, the installed entry points
+    (``pytest_attn.backends``), then a pytest session's ``pytest_attn_register_backends`` hooks (``hook_impls``,
+    in the order pluggy calls them) or, in a process without pytest -- an A/B arm, a fuzz replay, the ncu side
+    of ``--attn-hbm`` -- the files that hold them (``files``: each a conftest.py, as :meth:`Registry.origin`
+    names it). Raises :class:`RegistryError` naming the source that failed."""
+    registry = builtin_registry()
+    register_entry_points(registry)
+    register_from_hooks(registry, hook_impls, config)
+    for path in files:
+        register_from_file(registry, path)
+    return registry
+
+
 __all__ = [
     "QUIET_WARNINGS",
     "Backend",
@@ -53,6 +71,7 @@ __all__ = [
     "RegistryError",
     "SdpaBackend",
     "Unsupported",
+    "assemble_registry",
     "builtin_registry",
     "refusal",
 ]

@@ -40,9 +40,8 @@ from typing import IO, Any
 
 import pytest_attn
 
-from ..backends import QUIET_WARNINGS, builtin_registry
+from ..backends import QUIET_WARNINGS, assemble_registry
 from ..backends.base import Registry, Unsupported
-from ..backends.registration import register_entry_points, register_from_file
 from ..core.codec import case_from_dict
 from ..core.device import DeviceInfo
 from ..core.record import TimerPin
@@ -123,10 +122,7 @@ class Arm:
         self.sampling = Sampling([], "", 0.0)  # the prepared case's samples, block after block
 
     def hello(self, request: dict[str, Any]) -> dict[str, Any]:
-        registry = builtin_registry()
-        register_entry_points(registry)
-        for path in request.get("backends_from", []):
-            register_from_file(registry, path)
+        registry = assemble_registry(files=request.get("backends_from", []))
         slowdown = request.get("slowdown")
         self.registry = registry.wrapped(lambda b: SlowedBackend(b, slowdown)) if slowdown else registry
         self.settings = dataclasses.replace(settings_from_json(request.get("settings", {})),

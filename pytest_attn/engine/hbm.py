@@ -7,9 +7,9 @@ minimal bytes is the *IO amplification*: 1.0 means every tensor crossed HBM once
 re-reads that L2 did not absorb, or mask traffic. Where ``ncu`` is missing or may not read the
 counters, the case says so and nothing is measured.
 
-``python -m pytest_attn.engine.hbm '<case json>'`` is the subprocess side. It rebuilds the back end from
-the built-in registry: a back end registered from a conftest is not known there, and such a case says
-ncu gave no counters.
+``python -m pytest_attn.engine.hbm '<case json>' [--backends-from FILE ...]`` is the subprocess side. It builds
+its registry as every process does (:func:`pytest_attn.backends.assemble_registry`): a back end registered from a
+conftest is found through that file, which the session names.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ import io
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 
-from ..backends import builtin_registry
+from ..backends import assemble_registry
 from ..core.codec import case_from_json
 from ..core.record import Hbm
 from .inputs import make_inputs, make_step
@@ -34,9 +35,18 @@ PERMISSION_HINT = (
 )
 
 
-def ncu_command(ncu: str, case_json: str) -> list[str]:
+def ncu_command(ncu: str, case_json: str, backends_from: Sequence[str] = ()) -> list[str]:
+    """ncu over this module's subprocess side; ``backends_from``: the files that register the case's back end."""
+    files = [arg for path in backends_from for arg in ("--backends-from", path)]
     return [ncu, "--metrics", ",".join(METRICS), "--clock-control", "none", "--profile-from-start", "off",
-            "--csv", "--target-processes", "all", sys.executable, "-m", "pytest_attn.engine.hbm", case_json]
+            "--csv", "--target-processes", "all", sys.executable, "-m", "pytest_attn.engine.hbm", case_json, *files]
+
+
+def subprocess_args(argv: Sequence[str]) -> tuple[str, list[str]]:
+    """The subprocess side's arguments: the case JSON, and the files named by ``--backends-from``."""
+    case_json, rest = argv[0], list(argv[1:])
+    files = [rest[i + 1] for i in range(0, len(rest) - 1, 2) if rest[i] == "--backends-from"]
+    return case_json, files
 
 
 def parse_ncu_csv(text: str) -> tuple[float, float, int]:
@@ -59,13 +69,14 @@ def parse_ncu_csv(text: str) -> tuple[float, float, int]:
     return totals[METRICS[0]], totals[METRICS[1]], len(kernels)
 
 
-def measure(case_json: str, min_bytes: int, timeout_s: float = 600) -> Hbm | str:
+def measure(case_json: str, min_bytes: int, timeout_s: float = 600, backends_from: Sequence[str] = ()) -> Hbm | str:
     """Run the case under ncu; the traffic, or why it could not be measured."""
     ncu = shutil.which("ncu")
     if ncu is None:
         return "ncu (Nsight Compute) is not on PATH: install it to measure HBM traffic"
     try:
-        done = subprocess.run(ncu_command(ncu, case_json), capture_output=True, text=True, timeout=timeout_s)
+        done = subprocess.run(ncu_command(ncu, case_json, backends_from), capture_output=True, text=True,
+                              timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return f"ncu did not finish within {timeout_s:.0f} s"
     output = done.stdout + done.stderr
@@ -85,9 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     """Subprocess side: warm the case up, then run one call between cudaProfilerStart and Stop."""
     import torch
 
-    args = sys.argv[1:] if argv is None else argv
-    case, seed = case_from_json(args[0])
-    backend = builtin_registry().get(case.backend)
+    case_json, files = subprocess_args(sys.argv[1:] if argv is None else argv)
+    case, seed = case_from_json(case_json)
+    backend = assemble_registry(files=files).get(case.backend)
     dev = torch.device("cuda")
     inputs = make_inputs(case, backend.layout, dev, requires_grad=case.direction == "fwd+bwd", seed=seed)
     step = make_step(case, backend.prepare(case, inputs), inputs)

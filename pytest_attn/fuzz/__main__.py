@@ -9,9 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..backends import QUIET_WARNINGS, builtin_registry
+from ..backends import QUIET_WARNINGS, assemble_registry
 from ..backends.base import RegistryError, Unsupported
-from ..backends.registration import register_entry_points, register_from_file
 from ..core.codec import case_from_json
 from ..engine.probe import probe_device
 from .example import failure_message, run_example
@@ -30,11 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     for quiet in QUIET_WARNINGS:
         quiet.install()
-    registry = builtin_registry()
     try:
-        register_entry_points(registry)
-        for path in args.backends_from:
-            register_from_file(registry, path)
+        registry = assemble_registry(files=args.backends_from)
     except RegistryError as exc:
         print(f"python -m pytest_attn.fuzz: {exc}", file=sys.stderr)
         return 2

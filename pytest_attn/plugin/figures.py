@@ -24,7 +24,8 @@ def _with_session_figures(session: AttnSession, record: Record) -> Record:
     text = case_json(record.case, 0)
     try:
         case_from_json(text)  # the subprocess must be able to rebuild the case (its mask from its id)
-        traffic = hbm.measure(text, record.work.min_bytes)
+        origin = session.registry.origin(record.case.backend)
+        traffic = hbm.measure(text, record.work.min_bytes, backends_from=[origin] if origin else [])
     except ValueError as exc:  # a mask that cannot be named for the subprocess
         traffic = f"cannot hand the case to ncu: {exc}"
     if isinstance(traffic, str):

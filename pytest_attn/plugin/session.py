@@ -21,9 +21,8 @@ from typing import Any
 
 import pytest
 
-from ..backends import QUIET_WARNINGS, builtin_registry
+from ..backends import QUIET_WARNINGS, assemble_registry
 from ..backends.base import Registry, RegistryError
-from ..backends.registration import register_entry_points, register_from_hooks
 from ..core.case import AttnCase
 from ..core.catalog import SMOKE_LEAVES_OUT, profile_variants
 from ..core.device import DeviceInfo
@@ -89,11 +88,9 @@ class AttnSession:
     @cached_property
     def registry(self) -> Registry:
         """Built-in back ends, entry points and conftest registrations (and the deliberate slowdown)."""
-        registry = builtin_registry()
         try:
-            register_entry_points(registry)
             impls = self.config.hook.pytest_attn_register_backends.get_hookimpls()
-            register_from_hooks(registry, reversed(impls), self.config)  # in the order pluggy calls them
+            registry = assemble_registry(hook_impls=reversed(impls), config=self.config)  # as pluggy calls them
         except RegistryError as exc:
             raise pytest.UsageError(f"registering back ends: {exc}") from None
         slowdown = self.options.inject_slowdown
