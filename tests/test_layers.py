@@ -25,6 +25,7 @@ LAZY_ALLOWED = {
     ("plugin/fuzz.py", "pytest_attn.fuzz"),
     ("plugin/fuzz.py", "pytest_attn.fuzz.profiles"),
     ("plugin/fuzz.py", "pytest_attn.fuzz.fuzzer"),
+    ("plugin/handover.py", "pytest_attn.fuzz.fuzzer"),  # a worker's fuzz reach, read where one was handed over
 }
 #: Imported only inside the functions that use them: the plugin loads in every pytest session of its
 #: environment (numpy alone was a third of its start-up cost).

@@ -17,7 +17,8 @@ pytest.importorskip("xdist")
 from factories import attention_suite
 
 from pytest_attn.plugin import workers
-from pytest_attn.plugin.workers import GPUS_KEY, check_workers, pin
+from pytest_attn.plugin.handover import GPUS
+from pytest_attn.plugin.workers import check_workers, pin
 from pytest_attn.verdicts.merge import MergeError, merge_runs
 
 UUIDS = ["GPU-aaaa", "GPU-bbbb"]
@@ -25,11 +26,11 @@ UUIDS = ["GPU-aaaa", "GPU-bbbb"]
 
 def test_a_worker_takes_the_gpu_its_number_picks():
     env: dict[str, str] = {"CUDA_VISIBLE_DEVICES": "GPU-bbbb,GPU-aaaa"}
-    assert pin({"workerid": "gw1", GPUS_KEY: ["GPU-bbbb", "GPU-aaaa"]}, env) == (1, "GPU-aaaa")
+    assert pin({"workerid": "gw1", GPUS: ["GPU-bbbb", "GPU-aaaa"]}, env) == (1, "GPU-aaaa")
     assert env["CUDA_VISIBLE_DEVICES"] == "GPU-aaaa"  # a UUID, never "1" of the whole machine
-    assert pin({"workerid": "gw0", GPUS_KEY: []}, env) is None  # no GPU: the CPU profile, nothing to pin
+    assert pin({"workerid": "gw0", GPUS: []}, env) is None  # no GPU: the CPU profile, nothing to pin
     with pytest.raises(pytest.UsageError, match="worker gw2 has no GPU: 2 GPU"):
-        pin({"workerid": "gw2", GPUS_KEY: UUIDS}, {})
+        pin({"workerid": "gw2", GPUS: UUIDS}, {})
 
 
 def test_more_workers_than_gpus_is_refused_with_the_numbers_and_the_fix():
@@ -43,7 +44,7 @@ def test_each_worker_is_told_the_gpus_in_order():
     config = types.SimpleNamespace(stash={workers.CONTROLLER_GPUS: UUIDS})
     node = types.SimpleNamespace(config=config, workerinput={"workerid": "gw0"})
     workers.pytest_configure_node(node)
-    assert node.workerinput[GPUS_KEY] == UUIDS
+    assert node.workerinput[GPUS] == UUIDS
 
 
 def test_a_record_keeps_its_name_without_the_loadgroup_suffix():
@@ -190,17 +191,17 @@ def test_workers_are_pinned_by_uuid_and_too_many_are_refused(pytester):
 def test_a_worker_hands_its_records_to_the_controller():
     from factories import record
 
-    from pytest_attn.plugin.workers import RECORD_PROPERTY, SKIP_PROPERTY, Collector
+    from pytest_attn.plugin.handover import RECORD, SKIP, Collector
 
     r = record("flash-attn", 1e-3, test="t.py::test[a]")
     session = types.SimpleNamespace(records=[], skips=[])
     config = types.SimpleNamespace(stash={workers.ATTN_SESSION: session})
     collector = Collector(config)
     report = types.SimpleNamespace(when="call", skipped=False,
-                                   user_properties=[(RECORD_PROPERTY, json.dumps(r.to_json()))])
+                                   user_properties=[(RECORD, json.dumps(r.to_json()))])
     collector.pytest_runtest_logreport(report)
     collector.pytest_runtest_logreport(report)  # reported twice (a rerun plugin): kept once
-    skipped = types.SimpleNamespace(when="setup", skipped=True, user_properties=[(SKIP_PROPERTY, "no CUDA device")])
+    skipped = types.SimpleNamespace(when="setup", skipped=True, user_properties=[(SKIP, "no CUDA device")])
     collector.pytest_runtest_logreport(skipped)
     assert session.records == [r] and session.skips == ["no CUDA device"]
 

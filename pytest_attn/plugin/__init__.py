@@ -13,7 +13,8 @@ touches no GPU.
 Modules: :mod:`.command_line`, :mod:`.options`, :mod:`.session`, :mod:`.detect` (is this an attention run),
 :mod:`.bench`, :mod:`.benchjson` (records as pytest-benchmark's JSON), :mod:`.figures` (figures that need the
 session), :mod:`.progress`, :mod:`.summary`, :mod:`.fuzz`, :mod:`.gate`, :mod:`.ab` (the paired A/B),
-:mod:`.history`, :mod:`.signals`, :mod:`.workers` (pytest-xdist workers and shards), :mod:`.hookspecs`,
+:mod:`.history`, :mod:`.signals`, :mod:`.workers` (pytest-xdist workers and shards), :mod:`.handover` (both ends
+of the workers' channel, every key on it), :mod:`.hookspecs`,
 :mod:`.finish` (the session's end, in order).
 """
 
@@ -26,6 +27,7 @@ from .session import attn_cases, attn_session, fuzz_targets, prepare_attention_r
 pytest_plugins = [
     "pytest_attn.plugin.command_line",
     "pytest_attn.plugin.signals",
+    "pytest_attn.plugin.handover",
     "pytest_attn.plugin.workers",
     "pytest_attn.plugin.gate",
     "pytest_attn.plugin.ab",

@@ -14,7 +14,6 @@ arms and hands each outcome to the controller in its test report.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -33,10 +32,9 @@ from ..verdicts.ab_reports import markdown, terminal_lines, write_ab_reports
 from ..verdicts.paired import AbResult, paired
 from ..verdicts.runs import partial_note
 from .gate import append_job_summary, write_section
+from .handover import AB_ARMS, AB_RESULT, send
 from .session import AB_LINES, AB_RUN, ATTN_SESSION, PARTIAL, AttnSession, terminal_say
 
-AB_PROPERTY = "pytest_attn_ab"
-AB_ARMS_PROPERTY = "pytest_attn_ab_arms"  # a worker's arm lines (what each arm runs), for the controller's summary
 #: A case still too noisy to decide at twice --attn-max-time goes on to this many times that. On an H200 an
 #: A/A stopped at twice gave power-capped cases 4-16 pairs and three were FASTER or SLOWER (1.1-4.6 %); going
 #: on, they took up to 46 pairs and none was (2026-11-24, the committed selection, --attn-max-time=1).
@@ -182,8 +180,8 @@ def hand_over(run: AbRun, request: pytest.FixtureRequest, extra_info: dict[str, 
     run.results.append(result)
     extra_info["attn_ab"] = result.to_json()
     if worker:
-        request.node.user_properties.append((AB_PROPERTY, json.dumps(result.to_json())))
-        request.node.user_properties.append((AB_ARMS_PROPERTY, json.dumps(run.lines())))
+        send(request, AB_RESULT, result.to_json())
+        send(request, AB_ARMS, run.lines())
 
 
 # ---- hooks ---------------------------------------------------------------------------------------
@@ -196,10 +194,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if clash:
         raise pytest.UsageError(f"--attn-ab compares two arms measured now; it does not go with {', '.join(clash)}")
     _check_arms(config, specs)
-    run = config.stash[AB_RUN] = AbRun(specs, config.getoption("attn_ab_threshold"), config.getoption("attn_fail_on"),
-                                       terminal_say(config, "pytest-attn A/B"))
-    if not hasattr(config, "workerinput"):
-        config.pluginmanager.register(Collector(run), "pytest-attn-ab-collector")
+    config.stash[AB_RUN] = AbRun(specs, config.getoption("attn_ab_threshold"), config.getoption("attn_fail_on"),
+                                 terminal_say(config, "pytest-attn A/B"))
 
 
 def _check_arms(config: pytest.Config, specs: tuple[ArmSpec, ArmSpec]) -> None:
@@ -216,22 +212,6 @@ def _check_arms(config: pytest.Config, specs: tuple[ArmSpec, ArmSpec]) -> None:
                 raise pytest.UsageError(f"--attn-ab: arm {label} ({spec.text}): {why}. Give a Python environment with"
                                         " torch (and the libraries under test), or a folder to put first on"
                                         " PYTHONPATH")
-
-
-class Collector:
-    """The controller of pytest-xdist workers: each worker's outcome into this session's."""
-
-    def __init__(self, run: AbRun) -> None:
-        self.run = run
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        for name, value in report.user_properties:
-            if report.when != "call" or not isinstance(value, str):
-                continue
-            if name == AB_PROPERTY:
-                self.run.results.append(AbResult.from_json(json.loads(value)))
-            elif name == AB_ARMS_PROPERTY and not self.run.worker_lines:
-                self.run.worker_lines = json.loads(value)
 
 
 def finish_ab(session: pytest.Session) -> None:

@@ -11,7 +11,6 @@ exactly one measured sample per round), and the result record is written as the 
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -35,6 +34,7 @@ from .benchjson import benchmark_metadata
 from .detect import attention_file
 from .figures import session_figures
 from .gate import timer_pins
+from .handover import RECORD, SKIP, send
 from .options import AttnOptions, given
 from .progress import Progress
 from .session import (
@@ -53,8 +53,6 @@ from .session import (
 from .signals import guard_signals
 from .summary import nothing_measured
 from .workers import (
-    RECORD_PROPERTY,
-    SKIP_PROPERTY,
     _is_attention_suite,
     configure_controller,
     is_worker,
@@ -251,7 +249,7 @@ def attn_bench(request: pytest.FixtureRequest, benchmark: Any, attn_device: Devi
     def skip(reason: str) -> NoReturn:
         session.skips.append(reason.splitlines()[0])
         if worker:
-            request.node.user_properties.append((SKIP_PROPERTY, reason.splitlines()[0]))
+            send(request, SKIP, reason.splitlines()[0])
         pytest.skip(reason)
 
     def run(case: AttnCase) -> Record | None:
@@ -300,7 +298,7 @@ def _hand_over(request: pytest.FixtureRequest, benchmark: Any, session: AttnSess
     if worker:
         benchmark.pedantic(lambda: None, rounds=1)  # the fixture counts as used: no warning
         session.records.append(record)
-        request.node.user_properties.append((RECORD_PROPERTY, json.dumps(record.to_json())))
+        send(request, RECORD, record.to_json())
         return
     feed_benchmark(benchmark, record.timing.samples_s)
     session.add(record, benchmark.extra_info)

@@ -17,6 +17,7 @@ import pytest
 from ..core.device import DeviceInfo
 from ..fuzz.example import FuzzFailure
 from .gate import write_section
+from .handover import FUZZ_REACH_OUTPUT, send_at_end
 from .options import given
 from .session import (
     ATTENTION_RUN,
@@ -27,8 +28,6 @@ from .session import (
     attn_session,
     prepare_attention_run,
 )
-
-REACH_OUTPUT = "pytest_attn_fuzz_reach"  # in a worker's workeroutput: [back end, direction, Reach JSON] each
 
 
 def _named_profile(config: pytest.Config) -> str | None:
@@ -177,23 +176,11 @@ def judge_reach(session: pytest.Session) -> None:
     if hasattr(config, "workeroutput"):
         fuzzer = config.stash.get(FUZZER, None)
         if fuzzer is not None:
-            config.workeroutput[REACH_OUTPUT] = [  # type: ignore[attr-defined]
-                [name, direction, reach.to_json()] for (name, direction), reach in fuzzer.reach.items()]
+            send_at_end(config, FUZZ_REACH_OUTPUT,
+                        [[name, direction, reach.to_json()] for (name, direction), reach in fuzzer.reach.items()])
         return
     if _unreached(config) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_testnodedown(node: Any, error: Any) -> None:
-    """The controller: a worker's reach, per back end and direction (each fuzz test runs in one worker)."""
-    handed = getattr(node, "workeroutput", {}).get(REACH_OUTPUT)
-    if handed:
-        from ..fuzz.fuzzer import Reach
-
-        reach = node.config.stash.setdefault(FUZZ_REACH, {})
-        for name, direction, data in handed:
-            reach[(name, direction)] = Reach.from_json(data)
 
 
 def fuzz_section(terminalreporter: Any, config: pytest.Config) -> None:

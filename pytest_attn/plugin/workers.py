@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from collections.abc import Mapping, MutableMapping, Sequence
@@ -25,15 +24,10 @@ from typing import Any
 
 import pytest
 
-from ..core.record import Record
 from ..engine.nvml import visible_devices
+from .handover import GPUS, SESSION_LINES, Collector, send_at_end
 from .options import given
 from .session import ATTN_SESSION, PINNED, SHARD, attn_session, case_of_item, prepare_attention_run
-
-GPUS_KEY = "pytest_attn_gpus"  # in each worker's workerinput: the UUIDs of the GPUs, in order
-RECORD_PROPERTY = "pytest_attn_record"
-SKIP_PROPERTY = "pytest_attn_skip"
-OUTPUT_KEY = "pytest_attn"  # in each worker's workeroutput: its session lines
 
 
 def is_worker(config: pytest.Config) -> bool:
@@ -50,7 +44,7 @@ def workers_requested(config: pytest.Config) -> int:
 def pin(workerinput: Mapping[str, Any], env: MutableMapping[str, str]) -> tuple[int, str] | None:
     """Point this worker at its GPU: ``CUDA_VISIBLE_DEVICES`` = the UUID its number picks. Pure but for
     ``env``; returns (position, UUID), or None where the controller sent no GPUs."""
-    gpus = workerinput.get(GPUS_KEY) or []
+    gpus = workerinput.get(GPUS) or []
     match = re.fullmatch(r"gw(\d+)", str(workerinput.get("workerid", "")))
     if not gpus or match is None:
         return None
@@ -134,7 +128,7 @@ CONTROLLER_GPUS = pytest.StashKey[list[str]]()
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
     """Each worker's input: the GPUs of the run, in order (empty on a machine without one)."""
-    node.workerinput[GPUS_KEY] = node.config.stash.get(CONTROLLER_GPUS, [])
+    node.workerinput[GPUS] = node.config.stash.get(CONTROLLER_GPUS, [])
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -173,26 +167,6 @@ def record_name(nodeid: str, config: pytest.Config) -> str:
     return nodeid.rsplit("@", 1)[0] if is_worker(config) and config.getvalue("loadgroup") else nodeid
 
 
-class Collector:
-    """On the controller: every worker's result records (and skip reasons) into the session, from the
-    test reports the workers send."""
-
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        attn = self.config.stash.get(ATTN_SESSION, None)
-        if attn is None:
-            return
-        for name, value in report.user_properties:
-            if name == RECORD_PROPERTY and report.when == "call" and isinstance(value, str):
-                record = Record.from_json(json.loads(value))  # JSON text: it crosses processes as it is
-                if record.name not in {r.name for r in attn.records}:
-                    attn.records.append(record)
-            elif name == SKIP_PROPERTY and report.skipped:
-                attn.skips.append(str(value))
-
-
 def pytest_sessionstart(session: pytest.Session) -> None:
     """A worker of an attention run: pytest-benchmark's "disabled because xdist is active" does not apply
     (the worker measures; the controller writes pytest-benchmark's JSON)."""
@@ -212,17 +186,8 @@ def hand_over_lines(session: pytest.Session) -> None:
     where = f"{config.workerinput['workerid']}"  # type: ignore[attr-defined]
     if pinned is not None:
         where += f" on GPU {pinned[0]} ({device.name if device else '?'}, {pinned[1]})"
-    config.workeroutput[OUTPUT_KEY] = {  # type: ignore[attr-defined]
+    send_at_end(config, SESSION_LINES, {
         "where": where, "lines": [*attn.ceilings.lines(), *attn.compiled.lines()], "notes": list(attn.notes),
-        "shard": config.stash.get(SHARD, None)}
+        "shard": config.stash.get(SHARD, None)})
 
 
-@pytest.hookimpl(optionalhook=True)
-def pytest_testnodedown(node: Any, error: Any) -> None:
-    attn = node.config.stash.get(ATTN_SESSION, None)
-    output = getattr(node, "workeroutput", {}).get(OUTPUT_KEY)
-    if attn is None or not output:
-        return
-    attn.notes.extend(f"{output['where']}: {line}" for line in output["lines"] + output["notes"])
-    if output.get("shard"):  # the workers collected (and sharded); the controller writes the JSON
-        node.config.stash[SHARD] = output["shard"]
