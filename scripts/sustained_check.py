@@ -135,7 +135,12 @@ def measure(call: Any, burst_s: float, handle: Any, nvml: Any) -> dict[str, floa
     import torch
 
     half = max(1, min(MAX_CALLS // 2, math.ceil(MAX_HALF_S / burst_s)))
-    call()
+    side = torch.cuda.Stream()  # warm-up on a side stream, as capture asks (autograd's backward included)
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            call()
+    torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     graphs = []
     for _ in range(2):
