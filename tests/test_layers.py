@@ -214,3 +214,15 @@ def test_the_session_end_is_in_one_place():
     assert sorted(found) == ["finish.pytest_sessionfinish", "finish.pytest_sessionfinish",
                              "finish.pytest_terminal_summary", "finish.pytest_terminal_summary",
                              "history.pytest_sessionfinish"], found
+
+
+def test_options_are_converted_once_and_read_from_one_place():
+    """Every ``--attn-*`` option is converted at configure into AttnOptions or GateOptions; code reads them there.
+    Ten were read ad hoc with ``config.getoption`` in five modules (fuzz, bench, workers, summary, ab)."""
+    import re
+
+    reads = [f"{path.relative_to(PACKAGE)}:{n}" for path in modules()
+             for n, line in enumerate(path.read_text().splitlines(), 1)
+             if re.search(r"getoption\(\s*[\"']attn_", line)
+             and path.relative_to(PACKAGE).as_posix() not in ("plugin/options.py", "plugin/session.py")]
+    assert not reads, reads

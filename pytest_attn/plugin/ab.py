@@ -33,7 +33,7 @@ from ..verdicts.paired import AbResult, paired
 from ..verdicts.runs import partial_note
 from .gate import append_job_summary, write_section
 from .handover import AB_ARMS, AB_RESULT, send
-from .session import AB_LINES, AB_RUN, ATTN_SESSION, PARTIAL, AttnSession, terminal_say
+from .session import AB_LINES, AB_RUN, ATTN_SESSION, PARTIAL, AttnSession, attn_session, terminal_say
 
 #: A case still too noisy to decide at twice --attn-max-time goes on to this many times that. On an H200 an
 #: A/A stopped at twice gave power-capped cases 4-16 pairs and three were FASTER or SLOWER (1.1-4.6 %); going
@@ -187,14 +187,15 @@ def hand_over(run: AbRun, request: pytest.FixtureRequest, extra_info: dict[str, 
 # ---- hooks ---------------------------------------------------------------------------------------
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
-    specs = config.getoption("attn_ab", None)
-    if specs is None or config.stash.get(ATTN_SESSION, None) is None:
+    attn = config.stash.get(ATTN_SESSION, None)
+    specs = attn.options.ab if attn is not None else None
+    if attn is None or specs is None:
         return
     clash = [flag for dest, flag in REFUSED_WITH.items() if config.getoption(dest, None)]
     if clash:
         raise pytest.UsageError(f"--attn-ab compares two arms measured now; it does not go with {', '.join(clash)}")
     _check_arms(config, specs)
-    config.stash[AB_RUN] = AbRun(specs, config.getoption("attn_ab_threshold"), config.getoption("attn_fail_on"),
+    config.stash[AB_RUN] = AbRun(specs, attn.options.ab_threshold, attn.gate.fail_on,
                                  terminal_say(config, "pytest-attn A/B"))
 
 
@@ -229,7 +230,7 @@ def finish_ab(session: pytest.Session) -> None:
     if said:
         lines.append(f"  note: a partial run ({said}): the cases it did not reach were not judged")
     try:
-        if (folder := config.getoption("attn_report", None)) is not None:
+        if (folder := attn_session(config).gate.report) is not None:
             lines += [f"  {w}" for w in write_ab_reports(folder, run.results, run.lines(), run.threshold,
                                                          run.fail_on, partial)]
         append_job_summary(markdown(run.results, run.lines(), run.threshold, run.fail_on, said))

@@ -47,6 +47,7 @@ from .session import (
     GateOptions,
     attn_session,
     case_of_item,
+    options_of,
     prepare_attention_run,
     terminal_say,
 )
@@ -90,9 +91,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _refuse_sustained(config: pytest.Config) -> None:
     """``--attn-sustained`` where it cannot mean anything: no GPU (it measures one at its power cap), or an A/B."""
-    if config.getoption("attn_sustained", None) is None and config.getoption("attn_profile", None) != "sustained":
+    options = options_of(config)
+    if options.sustained_s is None and options.profile != "sustained":
         return
-    if config.getoption("attn_ab", None) is not None:
+    if options.ab is not None:
         raise pytest.UsageError("--attn-sustained does not combine with --attn-ab: the arms take turns in short blocks,"
                                 " never under sustained load. Run the A/B, and the sustained figures, separately")
     if not config.stash.get(VISIBLE_GPUS, []):
@@ -115,7 +117,7 @@ def _attention_run(config: pytest.Config) -> str:
 
 
 def _lock_clocks(config: pytest.Config, session: AttnSession) -> None:
-    request = config.getoption("attn_lock_clocks")
+    request = session.options.lock_clocks
     if request.off:
         return
 

@@ -26,6 +26,7 @@ from .session import (
     FUZZER,
     VISIBLE_GPUS,
     attn_session,
+    options_of,
     prepare_attention_run,
 )
 
@@ -64,7 +65,7 @@ def _load_profile(config: pytest.Config, profiles: Any, has_gpu: bool) -> str:
     profile = named or profiles.default_profile(has_gpu)
     if not named:
         settings.load_profile(profile)
-    examples = config.getoption("attn_fuzz_examples", None)
+    examples = options_of(config).fuzz_examples
     if examples is not None:
         profile = profiles.with_examples(profile, examples)
         settings.load_profile(profile)
@@ -73,7 +74,7 @@ def _load_profile(config: pytest.Config, profiles: Any, has_gpu: bool) -> str:
 
 def fuzz_opted_in(config: pytest.Config) -> bool:
     """On a GPU the fuzz suite runs only when asked: ``--attn-fuzz`` or a test_fuzz file named."""
-    return bool(config.getoption("attn_fuzz")) or any("test_fuzz" in str(a) for a in config.args)
+    return options_of(config).fuzz or any("test_fuzz" in str(a) for a in config.args)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -124,7 +125,7 @@ def attn_fuzzer(request: pytest.FixtureRequest, attn_device: DeviceInfo) -> Fuzz
 
     session = attn_session(request.config)
     fuzzer = Fuzzer(session.registry, attn_device, dtypes=session.options.dtypes,
-                    head_dims=request.config.getoption("attn_fuzz_head_dims"))
+                    head_dims=session.options.fuzz_head_dims)
     request.config.stash[FUZZER] = fuzzer
     return FuzzCheck(fuzzer)
 

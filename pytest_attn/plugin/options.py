@@ -24,7 +24,7 @@ from ..core.case import DIRECTIONS, DTYPES, canonical_dtype
 from ..core.catalog import PROFILES, Variant
 from ..core.converters import option_value
 from ..core.percent import parse_percent
-from ..engine.armspec import parse_ab
+from ..engine.armspec import ArmSpec, parse_ab
 from ..engine.clocks import LockRequest, parse_lock
 from ..engine.threads import usable_cpus
 from ..engine.timers import TIMER_KINDS
@@ -159,6 +159,7 @@ cpu_threads = option_value("--attn-cpu-threads", _threads)
 fail_on = option_value("--attn-fail-on", parse_fail_on)
 shard = option_value("--attn-shard", _shard)
 ab_arms = option_value("--attn-ab", lambda t: parse_ab(t, Path.cwd()))
+NO_LOCK = LockRequest("off")
 #: ``--attn-sustained`` without a value: the cap of each case's back-to-back phase, in seconds.
 DEFAULT_SUSTAINED_S = 10.0
 
@@ -220,7 +221,7 @@ def add_options(parser: pytest.Parser) -> None:
 def _add_measure_options(g: Any) -> None:
     _add(g, "--attn-trace-dir", None, type=Path, metavar="DIR",
          help="write one PyTorch-profiler Chrome trace per case (3 calls, after sampling) into DIR")
-    _add(g, "--attn-lock-clocks", LockRequest("off"), type=lock_clocks, metavar="off|base|max|MHZ[:require]",
+    _add(g, "--attn-lock-clocks", NO_LOCK, type=lock_clocks, metavar="off|base|max|MHZ[:require]",
          help="lock the SM clock for the session through NVML (needs root) and restore it at the end;"
               " :require stops at start-up if it cannot, :try (default) warns and records 'not locked'")
     _add(g, "--attn-verify-timing", False, action="store_true",
@@ -330,7 +331,8 @@ DEFAULT_MAX_TIME_S = {"smoke": 2.0, "default": 3.0, "full": 5.0, "cpu": 0.5, "su
 
 @dataclass(frozen=True)
 class AttnOptions:
-    """The benchmark options, converted; the rest are read where they are used (gate, fuzz)."""
+    """Every ``--attn-*`` option but the gate's (:class:`~.session.GateOptions`), converted once at configure;
+    code reads them here (``options_of(config)``), never with ``config.getoption``."""
 
     profile: str = "auto"
     backends: tuple[str, ...] = ("default",)
@@ -351,6 +353,13 @@ class AttnOptions:
     inject_slowdown: float | None = None
     compile_only: bool = False
     sustained_s: float | None = None
+    lock_clocks: LockRequest = NO_LOCK
+    shard: tuple[int, int] | None = None
+    ab: tuple[ArmSpec, ArmSpec] | None = None
+    ab_threshold: float = AB_THRESHOLD
+    fuzz: bool = False
+    fuzz_examples: int | None = None
+    fuzz_head_dims: tuple[int, ...] | None = None
 
     @classmethod
     def of(cls, config: pytest.Config) -> AttnOptions:
@@ -363,6 +372,9 @@ class AttnOptions:
             verify_timing=get("attn_verify_timing"), adhoc=tuple(get("attn_case")), trace_dir=get("attn_trace_dir"),
             speedup_vs=get("attn_speedup_vs"), hbm=get("attn_hbm"), inject_slowdown=get("attn_inject_slowdown"),
             compile_only=get("attn_compile_only"), sustained_s=get("attn_sustained"),
+            lock_clocks=get("attn_lock_clocks"), shard=get("attn_shard"), ab=get("attn_ab"),
+            ab_threshold=get("attn_ab_threshold"), fuzz=get("attn_fuzz"), fuzz_examples=get("attn_fuzz_examples"),
+            fuzz_head_dims=get("attn_fuzz_head_dims"),
         )
 
     def resolve_backends(self, known: list[str], defaults: list[str]) -> tuple[str, ...]:

@@ -265,6 +265,12 @@ NOT_LOADED = ("pytest-attn is not loaded as a pytest plugin in this environment,
               " pytest -p pytest_attn.plugin ...")
 
 
+def options_of(config: pytest.Config) -> AttnOptions:
+    """The ``--attn-*`` options, converted once: the session's (parsed now where none was made: ``--help``)."""
+    session = config.stash.get(ATTN_SESSION, None)
+    return session.options if session is not None else AttnOptions.of(config)
+
+
 def attn_session(config: pytest.Config) -> AttnSession:
     """The session's state; a :class:`pytest.UsageError` that says how to load the plugin where it is not."""
     session = config.stash.get(ATTN_SESSION, None)

@@ -69,7 +69,7 @@ def _needs_a_measured_case(config: pytest.Config, attn: AttnSession) -> list[str
         ("--attn-baseline", gate.baseline not in ("auto", "off")),
         ("--attn-baselines-dir", gate.dir_given and gate.baseline == "auto"),
         ("--benchmark-compare", bool(config.getoption("benchmark_compare", None))),
-        ("--attn-ab", config.getoption("attn_ab", None) is not None)) if on]
+        ("--attn-ab", attn.options.ab is not None)) if on]
 
 
 @pytest.hookimpl(wrapper=True)

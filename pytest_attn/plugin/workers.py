@@ -27,7 +27,7 @@ import pytest
 from ..engine.nvml import visible_devices
 from .handover import GPUS, SESSION_LINES, Collector, send_at_end
 from .options import given
-from .session import ATTN_SESSION, PINNED, SHARD, attn_session, case_of_item, prepare_attention_run
+from .session import ATTN_SESSION, PINNED, SHARD, attn_session, case_of_item, options_of, prepare_attention_run
 
 
 def is_worker(config: pytest.Config) -> bool:
@@ -139,7 +139,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item, case in cases:
             if case is not None:
                 item.add_marker(pytest.mark.xdist_group(name=case.group))
-    shard = config.getoption("attn_shard", None)
+    shard = options_of(config).shard
     if shard is None:
         return
     index, count = shard
