@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -40,6 +40,12 @@ from ..verdicts.layout import wrap
 from ..verdicts.rule import DEFAULT_FAIL_ON, Thresholds
 from .options import DEFAULT_SUSTAINED_S, AttnOptions
 from .progress import Progress, WallTimes
+
+if TYPE_CHECKING:  # the stash keys' types (modules that import this one; type checkers only)
+    from ..engine.clocks import ClockLocker
+    from ..fuzz.fuzzer import Fuzzer, Reach
+    from .ab import AbRun
+    from .signals import SignalsAsInterrupt
 
 DEFAULT_STORAGE = "file://./.benchmarks"
 BASELINES_DIR = "baselines"  # --attn-baselines-dir's default, under the rootdir
@@ -217,15 +223,16 @@ class AttnSession:
 ATTN_SESSION = pytest.StashKey[AttnSession]()
 ATTENTION_RUN = pytest.StashKey[bool]()  # set by prepare_attention_run
 VISIBLE_GPUS = pytest.StashKey[list[VisibleGpu]]()  # what NVML saw when the run was prepared
-CLOCK_LOCKER = pytest.StashKey[Any]()
-FUZZER = pytest.StashKey[Any]()  # the session's pytest_attn.fuzz.fuzzer.Fuzzer, once a fuzz test ran
-FUZZ_REACH = pytest.StashKey[dict[tuple[str, str], Any]]()  # the controller: its xdist workers' fuzz reach
+CLOCK_LOCKER: pytest.StashKey[ClockLocker] = pytest.StashKey()  # --attn-lock-clocks: it restores the clocks
+FUZZER: pytest.StashKey[Fuzzer] = pytest.StashKey()  # the session's fuzzer, once a fuzz test ran
+#: the controller of pytest-xdist workers: their fuzz reach, per back end and direction
+FUZZ_REACH: pytest.StashKey[dict[tuple[str, str], Reach]] = pytest.StashKey()
 FUZZ_PROFILE = pytest.StashKey[str]()  # the Hypothesis profile the fuzz tests run under
 GATE_LINES = pytest.StashKey["list[str]"]()
 PINNED = pytest.StashKey[tuple[int, str]]()  # a pytest-xdist worker: (its GPU's place among the run's, UUID)
 SHARD = pytest.StashKey[dict[str, Any]]()  # --attn-shard: what the run's JSON records (workers.shard_mark)
-SIGNAL_GUARD = pytest.StashKey[Any]()  # .signals.SignalsAsInterrupt, while the cases run
-AB_RUN = pytest.StashKey[Any]()  # --attn-ab: the plugin.ab.AbRun of this process
+SIGNAL_GUARD: pytest.StashKey[SignalsAsInterrupt] = pytest.StashKey()  # while the cases run
+AB_RUN: pytest.StashKey[AbRun] = pytest.StashKey()  # --attn-ab: the A/B run of this process
 AB_LINES = pytest.StashKey[list[str]]()  # --attn-ab: the A/B summary, once the session finished
 CPU_THREADS = pytest.StashKey[str]()  # what torch's CPU thread count was set to, and why (for the summary)
 ATTENTION_WHY = pytest.StashKey[str]()  # why the session is an attention run (plugin.detect), for the summary
