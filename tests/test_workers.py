@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import types
+from pathlib import Path
 
 import pytest
 
@@ -194,7 +195,12 @@ def test_a_worker_hands_its_records_to_the_controller():
     from pytest_attn.plugin.handover import RECORD, SKIP, Collector
 
     r = record("flash-attn", 1e-3, test="t.py::test[a]")
-    session = types.SimpleNamespace(records=[], skips=[])
+    from pytest_attn.plugin.options import AttnOptions
+    from pytest_attn.plugin.session import AttnSession, GateOptions
+    from pytest_attn.verdicts.rule import Thresholds
+
+    session = AttnSession(types.SimpleNamespace(), AttnOptions(),
+                          GateOptions(Thresholds(), "auto", Path("baselines"), False, False, None))
     config = types.SimpleNamespace(stash={workers.ATTN_SESSION: session})
     collector = Collector(config)
     report = types.SimpleNamespace(when="call", skipped=False,

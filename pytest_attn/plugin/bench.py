@@ -249,7 +249,7 @@ def attn_bench(request: pytest.FixtureRequest, benchmark: Any, attn_device: Devi
     ab = ab_run(config)
 
     def skip(reason: str) -> NoReturn:
-        session.skips.append(reason.splitlines()[0])
+        session.skipped(reason)
         if worker:
             send(request, SKIP, reason.splitlines()[0])
         pytest.skip(reason)
@@ -299,7 +299,7 @@ def _hand_over(request: pytest.FixtureRequest, benchmark: Any, session: AttnSess
     pytest-xdist worker, where pytest-benchmark is off)."""
     if worker:
         benchmark.pedantic(lambda: None, rounds=1)  # the fixture counts as used: no warning
-        session.records.append(record)
+        session.take(record)
         send(request, RECORD, record.to_json())
         return
     feed_benchmark(benchmark, record.timing.samples_s)

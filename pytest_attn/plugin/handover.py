@@ -57,11 +57,9 @@ class Collector:
             if not isinstance(value, str):
                 continue
             if key == RECORD and report.when == "call" and attn is not None:
-                record = Record.from_json(json.loads(value))
-                if record.name not in {r.name for r in attn.records}:
-                    attn.records.append(record)
+                attn.take(Record.from_json(json.loads(value)))
             elif key == SKIP and report.skipped and attn is not None:
-                attn.skips.append(value)
+                attn.skipped(value)
             elif key == AB_RESULT and report.when == "call" and ab is not None:
                 ab.results.append(AbResult.from_json(json.loads(value)))
             elif key == AB_ARMS and report.when == "call" and ab is not None and not ab.worker_lines:

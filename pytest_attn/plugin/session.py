@@ -210,6 +210,16 @@ class AttnSession:
         extra_info.clear()
         extra_info.update(record.to_json())
 
+    def take(self, record: Record) -> None:
+        """Keep a result measured elsewhere (a pytest-xdist worker's, on the controller; or a worker's own, whose
+        pytest-benchmark is off): once per name."""
+        if record.name not in {r.name for r in self.records}:
+            self.records.append(record)
+
+    def skipped(self, reason: str) -> None:
+        """A case skipped, for the summary: the first line of its reason."""
+        self.skips.append(reason.splitlines()[0] if reason else reason)
+
     def update(self, record: Record) -> None:
         """Replace a kept result (e.g. with its peers, known at the end) and rewrite its ``extra_info``."""
         self.records = [record if r.name == record.name else r for r in self.records]
