@@ -11,6 +11,6 @@ them. A new verdict or report goes here; it reads records and writes text.
 
 Modules: :mod:`.runs`, :mod:`.peers`, :mod:`.table`, :mod:`.layout` (text that fits a terminal),
 :mod:`.fingerprint`, :mod:`.baseline`, :mod:`.rule`, :mod:`.decision`, :mod:`.paired` (A/B verdicts),
-:mod:`.reports` and :mod:`.ab_reports`, :mod:`.plots`, :mod:`.merge`, :mod:`.cli` and :mod:`.__main__` (``pytest-attn
-merge``).
+:mod:`.reports` and :mod:`.ab_reports` (the gate's and the A/B's, over :mod:`.render`), :mod:`.plots`,
+:mod:`.merge`, :mod:`.cli` and :mod:`.__main__` (``pytest-attn merge``).
 """

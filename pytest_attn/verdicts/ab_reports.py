@@ -3,15 +3,14 @@
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..core.files import write_atomic
 from .paired import AbResult
+from .render import csv_rows, explained, markdown_table, verdict_counts, write_files
 from .runs import partial_note
 from .table import fmt_time
 
@@ -45,10 +44,7 @@ def _row(r: AbResult) -> tuple[str, ...]:
 
 
 def counts(results: Sequence[AbResult]) -> str:
-    found: dict[str, int] = {}
-    for r in results:
-        found[r.paired.verdict] = found.get(r.paired.verdict, 0) + 1
-    return ", ".join(f"{n} {v}" for v, n in sorted(found.items())) or "no case measured"
+    return verdict_counts((r.paired.verdict for r in results), "no case measured", by_name=True)
 
 
 def explain(r: AbResult, threshold: float) -> str:
@@ -82,46 +78,34 @@ def markdown(results: Sequence[AbResult], arms: Sequence[str], threshold: float,
     out.write(f"### pytest-attn A/B: {head} ({counts(results)})\n\n")
     out.write("".join(f"- {a}\n" for a in arms) + f"- threshold {threshold:.1%}; verdicts from paired blocks\n"
               f"- {LEGEND}\n\n")
-    out.write("| " + " | ".join(HEADER) + " |\n|" + "---|" * len(HEADER) + "\n")
-    for r in results:
-        cells = list(_row(r))
-        cells[0] = f"`{cells[0]}`"
-        if r.paired.verdict in fail_on:
-            cells[VERDICT_COLUMN] = f"**{cells[VERDICT_COLUMN]}**"
-        out.write("| " + " | ".join(cells) + " |\n")
-    explained = [r for r in results if r.paired.verdict in EXPLAINED or r.notes()]
-    if explained:
-        out.write("\n" + "".join(f"- `{r.name.split('::')[-1]}` {r.paired.verdict}: {explain(r, threshold)}\n"
-                                 for r in explained))
+    out.write(markdown_table(HEADER, ((_row(r), r.paired.verdict in fail_on) for r in results), VERDICT_COLUMN))
+    said = [r for r in results if r.paired.verdict in EXPLAINED or r.notes()]
+    if said:
+        out.write("\n" + explained((r.name.split("::")[-1], r.paired.verdict, explain(r, threshold)) for r in said))
     return out.getvalue()
 
 
 def csv_text(results: Sequence[AbResult]) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out)
-    writer.writerow(["benchmark", "group", "backend", "a_s", "b_s", "change", "ci_low", "ci_high", "verdict", "pairs",
-                     "a_mhz", "b_mhz", "cycles_change", "basis", "time_change", "stop", "timer", "notes"])
-    for r in results:
-        lo, hi = r.paired.interval()
-        writer.writerow([r.name, r.group, r.backend, r.a_median_s, r.b_median_s, f"{r.paired.change:.6f}",
-                         f"{lo:.6f}", f"{hi:.6f}", r.paired.verdict, r.paired.pairs, r.a_mhz or "", r.b_mhz or "",
-                         "" if r.cycles_change is None else f"{r.cycles_change:.6f}", r.paired.basis,
-                         f"{r.paired.in_time_change:.6f}", r.stop, r.timer,
-                         "; ".join(r.notes())])
-    return out.getvalue()
+    return csv_rows(["benchmark", "group", "backend", "a_s", "b_s", "change", "ci_low", "ci_high", "verdict", "pairs",
+                     "a_mhz", "b_mhz", "cycles_change", "basis", "time_change", "stop", "timer", "notes"],
+                    map(_csv_row, results))
+
+
+def _csv_row(r: AbResult) -> list[object]:
+    lo, hi = r.paired.interval()
+    return [r.name, r.group, r.backend, r.a_median_s, r.b_median_s, f"{r.paired.change:.6f}", f"{lo:.6f}",
+            f"{hi:.6f}", r.paired.verdict, r.paired.pairs, r.a_mhz or "", r.b_mhz or "",
+            "" if r.cycles_change is None else f"{r.cycles_change:.6f}", r.paired.basis,
+            f"{r.paired.in_time_change:.6f}", r.stop, r.timer, "; ".join(r.notes())]
 
 
 def write_ab_reports(folder: Path, results: Sequence[AbResult], arms: Sequence[str], threshold: float,
                      fail_on: Sequence[str] = ("SLOWER",), partial: dict[str, Any] | None = None) -> list[str]:
     """summary.md, results.csv and ab.json into ``folder``; a "wrote PATH" line per file. ``partial``: the run
     was cut short (``attn_partial``: why, cases measured and selected), said in the summary and ab.json."""
-    folder.mkdir(parents=True, exist_ok=True)
     said = partial_note({"attn_partial": partial}) or "" if partial else ""
     doc: dict[str, Any] = {"arms": list(arms), "threshold": threshold, "results": [r.to_json() for r in results]}
     if partial:
         doc["attn_partial"] = partial
-    files = {"summary.md": markdown(results, arms, threshold, fail_on, said), "results.csv": csv_text(results),
-             "ab.json": json.dumps(doc, indent=1)}
-    for name, text in files.items():
-        write_atomic(folder / name, text)
-    return [f"wrote {folder / name}" for name in files]
+    return write_files(folder, {"summary.md": markdown(results, arms, threshold, fail_on, said),
+                                "results.csv": csv_text(results), "ab.json": json.dumps(doc, indent=1)})

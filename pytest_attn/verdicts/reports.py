@@ -3,15 +3,14 @@
 
 from __future__ import annotations
 
-import csv
 import io
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..core.files import write_atomic
 from ..core.record import Record
 from .layout import fit_table
 from .plots import write_plots
+from .render import csv_rows, explained, markdown_table, verdict_counts, write_files
 from .rule import DEFAULT_FAIL_ON, Comparison
 from .table import fmt_time, sustained_lines
 
@@ -35,10 +34,7 @@ def _row(c: Comparison) -> tuple[str, ...]:
 
 
 def counts(comparisons: Sequence[Comparison]) -> str:
-    found: dict[str, int] = {}
-    for c in comparisons:
-        found[c.verdict] = found.get(c.verdict, 0) + 1
-    return ", ".join(f"{n} {v}" for v, n in found.items()) or "nothing to compare"
+    return verdict_counts((c.verdict for c in comparisons), "nothing to compare")
 
 
 def headline(comparisons: Sequence[Comparison], fail_on: Sequence[str] = DEFAULT_FAIL_ON) -> str:
@@ -104,38 +100,31 @@ def markdown(comparisons: Sequence[Comparison], baseline: str, notes: Sequence[s
     out = io.StringIO()
     out.write(f"### pytest-attn: {headline(comparisons, fail_on)} ({counts(comparisons)})\n\n")
     out.write(f"Baseline: `{baseline}`\n\n")
-    out.write("| " + " | ".join(HEADER) + " |\n|" + "---|" * len(HEADER) + "\n")
-    for c in comparisons:
-        cells = list(_row(c))
-        cells[0] = f"`{cells[0]}`"
-        if c.verdict in fail_on:
-            cells[6] = f"**{c.verdict}**"
-        out.write("| " + " | ".join(cells) + " |\n")
-    explained = [c for c in comparisons if c.verdict in EXPLAINED or c.notes]
-    if explained:
+    out.write(markdown_table(HEADER, ((_row(c), c.verdict in fail_on) for c in comparisons),
+                             HEADER.index("verdict")))
+    said = [c for c in comparisons if c.verdict in EXPLAINED or c.notes]
+    if said:
         out.write("\n")
     gpu = _on_gpu(comparisons)
-    for c in explained:
-        out.write(f"- `{c.name.split('::')[-1]}` {c.verdict}: {explain(c, gpu)}\n")
+    out.write(explained((c.name.split("::")[-1], c.verdict, explain(c, gpu)) for c in said))
     for n in notes:
         out.write(f"\n> {n}\n")
     return out.getvalue()
 
 
 def csv_text(comparisons: Sequence[Comparison]) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out)
-    writer.writerow(["benchmark", "group", "backend", "baseline_s", "current_s", "change", "verdict", "threshold",
-                     "noise", "cycles_change", "tflops", "mfu", *SUSTAINED_CSV, "notes"])
-    for c in comparisons:
-        e = c.entry
-        writer.writerow([c.name, e.group, e.backend, c.baseline.median_s if c.baseline else "",
-                         c.current.median_s if c.current else "", "" if c.change is None else f"{c.change:.6f}",
-                         c.verdict, "" if c.threshold is None else c.threshold, "" if c.noise is None else c.noise,
-                         "" if c.cycles_change is None else f"{c.cycles_change:.6f}",
-                         "" if e.tflops is None else e.tflops, "" if e.mfu is None else e.mfu,
-                         *_sustained_csv(c.current.record if c.current else None), "; ".join(c.notes)])
-    return out.getvalue()
+    return csv_rows(["benchmark", "group", "backend", "baseline_s", "current_s", "change", "verdict", "threshold",
+                     "noise", "cycles_change", "tflops", "mfu", *SUSTAINED_CSV, "notes"], map(_csv_row, comparisons))
+
+
+def _csv_row(c: Comparison) -> list[object]:
+    e = c.entry
+    return [c.name, e.group, e.backend, c.baseline.median_s if c.baseline else "",
+            c.current.median_s if c.current else "", "" if c.change is None else f"{c.change:.6f}",
+            c.verdict, "" if c.threshold is None else c.threshold, "" if c.noise is None else c.noise,
+            "" if c.cycles_change is None else f"{c.cycles_change:.6f}",
+            "" if e.tflops is None else e.tflops, "" if e.mfu is None else e.mfu,
+            *_sustained_csv(c.current.record if c.current else None), "; ".join(c.notes)]
 
 
 #: The sustained figures (``--attn-sustained``) in results.csv: empty where a case has none.
@@ -180,10 +169,7 @@ def write_reports(folder: Path, comparisons: Sequence[Comparison], baseline: str
                   notes: Sequence[str] = (), fail_on: Sequence[str] = DEFAULT_FAIL_ON) -> list[str]:
     """Write summary.md, results.csv and the plots of ``records`` into ``folder``; returns a line per
     file ("wrote PATH") or plot not drawn (why)."""
-    folder.mkdir(parents=True, exist_ok=True)
     loaded = sustained_markdown(records)
     text = markdown(comparisons, baseline, notes, fail_on) + (f"\n{loaded}" if loaded else "")
-    write_atomic(folder / "summary.md", text)
-    write_atomic(folder / "results.csv", csv_text(comparisons))
-    written = [str(folder / "summary.md"), str(folder / "results.csv"), *write_plots(folder, records)]
-    return [w if " skipped" in w else f"wrote {w}" for w in written]
+    written = write_files(folder, {"summary.md": text, "results.csv": csv_text(comparisons)})
+    return written + [w if " skipped" in w else f"wrote {w}" for w in write_plots(folder, records)]
