@@ -33,7 +33,16 @@ from ..verdicts.paired import AbResult, paired
 from ..verdicts.runs import partial_note
 from .gate import append_job_summary, write_section
 from .handover import AB_ARMS, AB_RESULT, send
-from .session import AB_LINES, AB_RUN, ATTN_SESSION, PARTIAL, AttnSession, attn_session, terminal_say
+from .session import (
+    AB_HANDED,
+    AB_LINES,
+    AB_WORKER_LINES,
+    ATTN_SESSION,
+    PARTIAL,
+    AttnSession,
+    attn_session,
+    terminal_say,
+)
 
 #: A case still too noisy to decide at twice --attn-max-time goes on to this many times that. On an H200 an
 #: A/A stopped at twice gave power-capped cases 4-16 pairs and three were FASTER or SLOWER (1.1-4.6 %); going
@@ -168,6 +177,9 @@ def result_of(name: str, case: AttnCase, run: PairRun, a: Record, b: Record, thr
                     (tuple(run.a_s), tuple(run.b_s)), (tuple(a_mhz), tuple(b_mhz)), replicas)
 
 
+AB_RUN = pytest.StashKey[AbRun]()  # --attn-ab: the A/B run of this process
+
+
 def ab_run(config: pytest.Config) -> AbRun | None:
     return config.stash.get(AB_RUN, None)
 
@@ -222,7 +234,12 @@ def finish_ab(session: pytest.Session) -> None:
     if run is None:
         return
     run.close()
-    if hasattr(config, "workerinput") or not run.results:
+    if hasattr(config, "workerinput"):
+        return
+    handed: list[AbResult] = config.stash.get(AB_HANDED, [])  # what pytest-xdist workers measured
+    run.results.extend(handed)
+    run.worker_lines = run.worker_lines or config.stash.get(AB_WORKER_LINES, [])
+    if not run.results:
         return
     lines = terminal_lines(run.results, run.lines(), run.threshold)
     partial = config.stash.get(PARTIAL, None)

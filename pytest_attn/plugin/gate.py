@@ -31,7 +31,7 @@ from ..verdicts.layout import wrap
 from ..verdicts.reports import markdown, write_reports
 from ..verdicts.runs import benches
 from .benchjson import run_json
-from .session import AB_RUN, ATTN_SESSION, CPU_THREADS, GATE_LINES, AttnSession, attn_session, terminal_width
+from .session import ATTN_SESSION, CPU_THREADS, GATE_LINES, AttnSession, attn_session, terminal_width
 
 GIVEN_BASELINE = pytest.StashKey[dict[str, Any]]()
 TIMER_PINS = pytest.StashKey[dict[str, TimerPin]]()
@@ -171,7 +171,7 @@ def gate_session(session: pytest.Session) -> None:
     attn = config.stash.get(ATTN_SESSION, None)
     if attn is None or not attn.records or hasattr(config, "workerinput"):  # a worker: the controller gates
         return
-    if config.stash.get(AB_RUN, None):
+    if attn.options.ab is not None:
         return  # (an A/B run judges B against A: plugin.ab)
     options = attn.gate
     saving = options.save or options.add

@@ -23,7 +23,7 @@ import pytest
 
 from ..core.record import Record
 from ..verdicts.paired import AbResult
-from .session import AB_RUN, ATTN_SESSION, FUZZ_REACH, SHARD
+from .session import AB_HANDED, AB_WORKER_LINES, ATTN_SESSION, FUZZ_REACH, SHARD
 
 GPUS = "pytest_attn_gpus"
 RECORD = "pytest_attn_record"
@@ -45,14 +45,13 @@ def send_at_end(config: pytest.Config, key: str, value: Any) -> None:
 
 
 class Collector:
-    """On the controller: each worker report's items into this session (records, skips) and the A/B run."""
+    """On the controller: each worker report's items into this session (records, skips, A/B outcomes)."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         attn = self.config.stash.get(ATTN_SESSION, None)
-        ab = self.config.stash.get(AB_RUN, None)
         for key, value in report.user_properties:
             if not isinstance(value, str):
                 continue
@@ -60,10 +59,10 @@ class Collector:
                 attn.take(Record.from_json(json.loads(value)))
             elif key == SKIP and report.skipped and attn is not None:
                 attn.skipped(value)
-            elif key == AB_RESULT and report.when == "call" and ab is not None:
-                ab.results.append(AbResult.from_json(json.loads(value)))
-            elif key == AB_ARMS and report.when == "call" and ab is not None and not ab.worker_lines:
-                ab.worker_lines = json.loads(value)
+            elif key == AB_RESULT and report.when == "call":
+                self.config.stash.setdefault(AB_HANDED, []).append(AbResult.from_json(json.loads(value)))
+            elif key == AB_ARMS and report.when == "call" and AB_WORKER_LINES not in self.config.stash:
+                self.config.stash[AB_WORKER_LINES] = json.loads(value)
 
 
 @pytest.hookimpl(optionalhook=True)

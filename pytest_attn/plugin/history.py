@@ -28,12 +28,12 @@ from .session import (
     COMPARED,
     PARTIAL,
     SHARD,
-    SIGNAL_GUARD,
     AttnSession,
     attn_session,
     benchmark_json_path,
     case_of_item,
 )
+from .signals import SIGNAL_GUARD
 
 HISTORY_NOTES = pytest.StashKey["list[str]"]()
 

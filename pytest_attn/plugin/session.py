@@ -37,15 +37,14 @@ from ..engine.stopping import StopRule, WarmupRule
 from ..engine.threads import auto_threads, set_torch_threads, usable_cpus
 from ..verdicts.fingerprint import gpu_key
 from ..verdicts.layout import wrap
+from ..verdicts.paired import AbResult
 from ..verdicts.rule import DEFAULT_FAIL_ON, Thresholds
 from .options import DEFAULT_SUSTAINED_S, AttnOptions
 from .progress import Progress, WallTimes
 
-if TYPE_CHECKING:  # the stash keys' types (modules that import this one; type checkers only)
+if TYPE_CHECKING:  # the stash keys' types (type checkers only: Hypothesis and the clocks stay unimported)
     from ..engine.clocks import ClockLocker
     from ..fuzz.fuzzer import Fuzzer, Reach
-    from .ab import AbRun
-    from .signals import SignalsAsInterrupt
 
 DEFAULT_STORAGE = "file://./.benchmarks"
 BASELINES_DIR = "baselines"  # --attn-baselines-dir's default, under the rootdir
@@ -241,8 +240,9 @@ FUZZ_PROFILE = pytest.StashKey[str]()  # the Hypothesis profile the fuzz tests r
 GATE_LINES = pytest.StashKey["list[str]"]()
 PINNED = pytest.StashKey[tuple[int, str]]()  # a pytest-xdist worker: (its GPU's place among the run's, UUID)
 SHARD = pytest.StashKey[dict[str, Any]]()  # --attn-shard: what the run's JSON records (workers.shard_mark)
-SIGNAL_GUARD: pytest.StashKey[SignalsAsInterrupt] = pytest.StashKey()  # while the cases run
-AB_RUN: pytest.StashKey[AbRun] = pytest.StashKey()  # --attn-ab: the A/B run of this process
+#: --attn-ab on the controller of pytest-xdist workers: the cases' outcomes and the arm lines they handed over
+AB_HANDED = pytest.StashKey[list[AbResult]]()
+AB_WORKER_LINES = pytest.StashKey[list[str]]()
 AB_LINES = pytest.StashKey[list[str]]()  # --attn-ab: the A/B summary, once the session finished
 CPU_THREADS = pytest.StashKey[str]()  # what torch's CPU thread count was set to, and why (for the summary)
 ATTENTION_WHY = pytest.StashKey[str]()  # why the session is an attention run (plugin.detect), for the summary

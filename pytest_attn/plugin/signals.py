@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from .session import ATTN_SESSION, SIGNAL_GUARD, case_of_item
+from .session import ATTN_SESSION, case_of_item
 
 #: A second signal this soon after the first is the same request delivered twice (see the module).
 REPEAT_WINDOW_S = 1.0
@@ -76,6 +76,9 @@ class SignalsAsInterrupt:
             return
         raise KeyboardInterrupt(f"{name}: the run stops as after Ctrl-C (what was measured is kept, marked"
                                 " partial); send it again to end the process at once")
+
+
+SIGNAL_GUARD = pytest.StashKey[SignalsAsInterrupt]()  # while the cases run
 
 
 def _attention_run(session: pytest.Session) -> bool:

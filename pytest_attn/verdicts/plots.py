@@ -96,7 +96,7 @@ def write_plots(folder: Path, records: Sequence[Record]) -> list[str]:
 
 def sustained_traces(records: Sequence[Record]) -> dict[str, list[tuple[float, float, float | None]]]:
     """Case -> its sustained phase window by window: (seconds, time per call over the burst median, SM clock). Pure."""
-    out = {}
+    out: dict[str, list[tuple[float, float, float | None]]] = {}
     for r in records:
         s = r.sustained
         if s is not None and s.trace and r.median_s > 0:
