@@ -139,15 +139,15 @@ def test_measured_clocks_judge_the_pairs_in_cycles():
     cycles, SAME. A 2 % slower B at a 2.5 % higher clock is SAME in time, SLOWER in cycles."""
     run, same = _run(1.0, -0.025)
     assert run.clocks_measured and same.clocks_measured
-    assert (same.paired.basis, same.paired.in_time, same.paired.verdict) == ("cycles", "SLOWER", "SAME")
+    assert (same.paired.basis, same.paired.in_time, same.paired.verdict) == ("equal clock", "SLOWER", "SAME")
     assert abs(same.paired.change) < 0.002 and same.paired.in_time_change == pytest.approx(0.0256, abs=0.002)
     assert same.block_mhz[1][0] == pytest.approx(run.b_mean_mhz[0]) and run.stop == "precision"
     _, slower = _run(1.02, 0.025)
     assert (slower.paired.in_time, slower.paired.verdict) == ("SAME", "SLOWER")
     assert any("in time alone SAME" in n for n in slower.notes())
     row = next(line for line in terminal_lines([slower], ["A: x", "B: y"], 0.02) if line.strip().startswith("t "))
-    assert "+2.0%*" in row and "SLOWER" in row  # the starred change is what was judged
-    assert ",cycles," in csv_text([slower])
+    assert "+2.0% (s=" in row and "SLOWER" in row  # the judged change, with the case's clock sensitivity
+    assert ",equal clock," in csv_text([slower])
 
 
 def test_without_every_block_s_clock_the_pairs_are_judged_in_time():

@@ -3,12 +3,15 @@ calls a 2 % difference in every case and never an A/A; the same blocks compared 
 
 from __future__ import annotations
 
+import json
 import math
 import random
+from pathlib import Path
 
 import pytest
 
-from pytest_attn.verdicts.paired import AB_THRESHOLD, paired
+from pytest_attn.core.stats import clock_sensitivity
+from pytest_attn.verdicts.paired import AB_THRESHOLD, cycles_change, paired
 from pytest_attn.verdicts.rule import verdict
 
 CASES = 200
@@ -106,10 +109,69 @@ def test_at_a_power_cap_measured_cycles_decide_where_time_cannot():
     """A 2 % difference in cycles is SLOWER in every case and an A/A never SLOWER or FASTER, judged in cycles
     from the blocks' measured clocks; judged in time, the A/A's clock offsets are called and 2 % is missed."""
     slower = [paired("x", a, b, AB_THRESHOLD, fa, fb, measured=True) for a, b, fa, fb in power_capped(1.02, 2)]
-    assert [r.verdict for r in slower] == ["SLOWER"] * CASES and {r.basis for r in slower} == {"cycles"}
+    assert [r.verdict for r in slower] == ["SLOWER"] * CASES and {r.basis for r in slower} == {"equal clock"}
+    assert all(r.clock_sensitivity is not None and r.clock_sensitivity > 0.8 for r in slower)  # time ~ 1/clock
     assert all(0.015 < r.change < 0.025 for r in slower)
     same = [paired("x", a, b, AB_THRESHOLD, fa, fb, measured=True).verdict for a, b, fa, fb in power_capped(1.0, 3)]
     assert "SLOWER" not in same and "FASTER" not in same
     in_time = [paired("x", a, b).verdict for a, b, _, _ in power_capped(1.0, 3)]
     assert in_time.count("SLOWER") + in_time.count("FASTER") > CASES // 10
     assert sum(paired("x", a, b).verdict != "SLOWER" for a, b, _, _ in power_capped(1.02, 2)) > CASES // 10
+
+
+def memory_bound(b_time: float, seed: int) -> list[tuple[list[float], list[float], list[float], list[float]]]:
+    """Per case, 16 pairs of a memory-bound step on a power-capped GPU: each block's clock jitters +-2 % and B's
+    sits up to 3 % off A's all along, but the time does not follow the clock (HBM sets it): a block's time is
+    ``b_time`` in B with 0.3 % noise, whatever its clock."""
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(CASES):
+        offset = rng.uniform(-0.03, 0.03)
+        a_s, b_s, a_mhz, b_mhz = [], [], [], []
+        for _ in range(16):
+            for times, clocks, t, shift in ((a_s, a_mhz, 1.0, 0.0), (b_s, b_mhz, b_time, offset)):
+                clocks.append(1750 * (1 + shift) * (1 + rng.gauss(0, 0.02)))
+                times.append(1e-3 * t * (1 + rng.gauss(0, 0.003)))
+        cases.append((a_s, b_s, a_mhz, b_mhz))
+    return cases
+
+
+def test_a_memory_bound_step_is_judged_at_equal_clock_not_in_cycles():
+    """Its time does not follow the clock: in cycles an A/A would carry B's clock offset (called) and blur a
+    2 % slowdown with the clock's jitter; at equal clock, with the sensitivity fitted on the pairs (near 0),
+    the A/A is never SLOWER or FASTER and 2 % is SLOWER in every case."""
+    same = [paired("x", a, b, AB_THRESHOLD, fa, fb, measured=True) for a, b, fa, fb in memory_bound(1.0, 4)]
+    assert not {r.verdict for r in same} & {"SLOWER", "FASTER"}
+    assert all(r.clock_sensitivity is not None and r.clock_sensitivity < 0.2 for r in same)
+    in_cycles = [cycles_change(a, b, fa, fb) for a, b, fa, fb in memory_bound(1.0, 4)]
+    assert sum(abs(c) > 0.01 for c in in_cycles) > CASES // 4  # what judging in cycles would have called
+    slower = [paired("x", a, b, AB_THRESHOLD, fa, fb, measured=True) for a, b, fa, fb in memory_bound(1.02, 5)]
+    assert [r.verdict for r in slower] == ["SLOWER"] * CASES
+
+
+def test_clock_sensitivity_is_fitted_within_each_replica():
+    pairs = [(1.0 + 0.01 * i, 1.0) for i in range(8)]  # clock ratios vary, times do not
+    assert clock_sensitivity([1.0] * 8, [c for c, _ in pairs], [0, 0, 0, 0, 1, 1, 1, 1])[0] == 0.0
+    compute = clock_sensitivity([1 / (1.0 + 0.01 * i) for i in range(8)], [1.0 + 0.01 * i for i in range(8)])
+    assert compute is not None and compute[0] == pytest.approx(1.0) and compute[1] < 1e-6
+    # a replica whose clocks sit 3 % apart from the other's, times alike: no slope within either replica
+    assert clock_sensitivity([1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.03, 1.03], [0, 0, 1, 1]) is None
+    with pytest.raises(ValueError, match="3 time ratios, 2 clock ratios"):
+        clock_sensitivity([1.0, 1.0, 1.0], [1.0, 1.0])
+
+
+def test_recorded_h100_pairs_are_judged_at_equal_clock():
+    """An H100's recorded pairs (tests/data/h100_ab_pairs.json): in cycles an A/A called a power-capped FA4
+    prefill FASTER (B's clock 1.3 % lower, its time +0.2 %) and 2 % injected was AMBIGUOUS on five memory-bound
+    decode and varlen steps (+2.1 % in time, +1.3 % in cycles); at equal clock the A/As are SAME or AMBIGUOUS
+    and every 2 % case SLOWER."""
+    doc = json.loads((Path(__file__).parent / "data" / "h100_ab_pairs.json").read_text())
+    recorded = [c["recorded_verdict"] for c in doc["cases"]]
+    assert "FASTER" in recorded and recorded.count("AMBIGUOUS") >= 5  # what the cycles said
+    for case in doc["cases"]:
+        (a_s, b_s), (a_mhz, b_mhz) = case["blocks_s"], case["block_mhz"]
+        result = paired(case["case_id"], a_s, b_s, 0.02, a_mhz, b_mhz, measured=True, replicas=case["replicas"])
+        if case["run"] == "2%":
+            assert result.verdict == "SLOWER", case["case_id"]
+        else:
+            assert result.verdict in ("SAME", "AMBIGUOUS"), case["case_id"]

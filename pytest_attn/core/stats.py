@@ -147,6 +147,42 @@ def placement_variance(a: Sequence[float], b: Sequence[float], strata: Sequence[
     return max(0.0, spread / len(means) - se**2) if math.isfinite(se) else 0.0
 
 
+def clock_sensitivity(time_ratios: Sequence[float], clock_ratios: Sequence[float],
+                      strata: Sequence[int] = ()) -> tuple[float, float] | None:
+    """How a case's time follows the SM clock, from its own pairs: ``s`` in ``time ~ clock ** -s``, the slope of
+    each pair's log time ratio B/A on its log clock ratio, within each stratum (each replica's means taken out,
+    so where a process sits does not enter it), clamped to [0, 1] -- 1 for a kernel bound by the SM clock
+    (cycles fixed), 0 for one bound by memory (time fixed) -- with the slope's standard error. None where the
+    clock ratios do not vary within a stratum (nothing to fit: the caller keeps cycles).
+
+    At a power cap the clock moves block by block, so the pairs' clock ratios spread and the slope is seen. On
+    an H100 (2026-11-26) a 64 x 32,768-key decode step came out at 0.02-0.05 (its time did not move with the
+    clock: in cycles an A/A read -1.6 to -2.0 % and a 2 % slowdown +1.3 %), a compute-bound prefill 0.7-0.9."""
+    if not len(time_ratios) == len(clock_ratios) or (strata and len(strata) != len(time_ratios)):
+        raise ValueError(f"{len(time_ratios)} time ratios, {len(clock_ratios)} clock ratios, {len(strata)} strata")
+    y = [math.log(r) for r in time_ratios]
+    x = [math.log(r) for r in clock_ratios]
+    groups: dict[int, list[int]] = {}
+    for i, s in enumerate(strata or [0] * len(y)):
+        groups.setdefault(s, []).append(i)
+    sxx = sxy = 0.0
+    for idx in groups.values():
+        mx, my = sum(x[i] for i in idx) / len(idx), sum(y[i] for i in idx) / len(idx)
+        sxx += sum((x[i] - mx) ** 2 for i in idx)
+        sxy += sum((x[i] - mx) * (y[i] - my) for i in idx)
+    if sxx <= 1e-12:
+        return None
+    slope = sxy / sxx
+    resid = 0.0
+    for idx in groups.values():
+        e = [y[i] - slope * x[i] for i in idx]
+        m = sum(e) / len(e)
+        resid += sum((v - m) ** 2 for v in e)
+    dof = len(y) - len(groups) - 1
+    se = math.sqrt(resid / dof / sxx) if dof > 0 else math.inf
+    return min(1.0, max(0.0, -slope)), se
+
+
 def stratum_means(a: Sequence[float], b: Sequence[float], strata: Sequence[int]) -> dict[int, float]:
     """Each stratum's mean ``log(b_i / a_i)``, as a relative change (``exp - 1``)."""
     groups: dict[int, list[float]] = {}

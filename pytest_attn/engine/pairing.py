@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..core.stats import median, stratified_log_ratio, t_widening
+from ..core.stats import clock_sensitivity, median, stratified_log_ratio, t_widening
 from .settings import CaseFailed, CaseSkipped
 
 
@@ -131,11 +131,18 @@ class PairRun:
         return (self.a_mean_mhz, self.b_mean_mhz) if self.clocks_measured else (self.a_mhz, self.b_mhz)
 
     def judged(self) -> tuple[list[float], list[float]]:
-        """What the pairs are judged on: cycles (time x mean clock) where the clocks were measured, else time."""
+        """What the pairs are judged on, the stopping rule included: time at equal clock (time x mean clock **
+        the case's clock sensitivity, fitted on the pairs so far; 1 until the clocks vary) where the clocks were
+        measured, else time -- as the verdict (:func:`~pytest_attn.verdicts.paired.paired`) judges them. A
+        memory-bound decode step, whose time does not follow the clock, is then not held to the clock's noise."""
         if not self.clocks_measured:
             return self.a_s, self.b_s
-        return ([t * float(m or 0) for t, m in zip(self.a_s, self.a_mean_mhz, strict=True)],
-                [t * float(m or 0) for t, m in zip(self.b_s, self.b_mean_mhz, strict=True)])
+        ma, mb = [float(m or 0) for m in self.a_mean_mhz], [float(m or 0) for m in self.b_mean_mhz]
+        fitted = clock_sensitivity([b / a for a, b in zip(self.a_s, self.b_s, strict=True)],
+                                   [y / x for x, y in zip(ma, mb, strict=True)], self.replicas)
+        s = fitted[0] if fitted and math.isfinite(fitted[1]) else 1.0
+        return ([t * m**s for t, m in zip(self.a_s, ma, strict=True)],
+                [t * m**s for t, m in zip(self.b_s, mb, strict=True)])
 
 
 Replicas = Sequence[Asks]  # one arm's worker processes (one or two)

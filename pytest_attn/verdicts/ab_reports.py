@@ -14,12 +14,14 @@ from .render import csv_rows, explained, markdown_table, verdict_counts, write_f
 from .runs import partial_note
 from .table import fmt_time
 
-HEADER = ("benchmark", "A", "B", "B/A time", "B/A cycles", "95% CI", "verdict", "clock A", "clock B", "pairs")
+HEADER = ("benchmark", "A", "B", "B/A time", "B/A cycles", "B/A judged", "95% CI", "verdict", "clock A", "clock B",
+          "pairs")
 #: The verdict's column, for the Markdown's bold.
 VERDICT_COLUMN = HEADER.index("verdict")
 EXPLAINED = ("SLOWER", "FASTER", "AMBIGUOUS")
-LEGEND = ("* what the verdict and the CI are of: cycles (time x each block's mean SM clock, read on the GPU) where"
-          " every block's clock was read, else time")
+LEGEND = ("judged: what the verdict and the CI are of -- where every block's mean SM clock was read on the GPU, time at"
+          " equal clock (time x clock ** s, s the case's clock sensitivity fitted on its pairs: 1 = cycles, for a"
+          " kernel bound by the SM clock; 0 = time, for one bound by memory), else time")
 
 
 def _pct(x: float) -> str:
@@ -31,16 +33,15 @@ def _mhz(x: float | None) -> str:
 
 
 def _row(r: AbResult) -> tuple[str, ...]:
-    """The CI is of what the verdict judged (cycles where the clocks were measured, else time): starred."""
+    """The CI is of what the verdict judged (time at equal clock where the clocks were measured, else time)."""
     lo, hi = r.paired.interval()
     cycles = r.cycles_change
-    time_cell, cycles_cell = _pct(r.paired.in_time_change), _pct(cycles) if cycles is not None else "-"
-    if r.paired.basis == "cycles":
-        cycles_cell += "*"
-    else:
-        time_cell += "*"
-    return (r.name.split("::")[-1], fmt_time(r.a_median_s), fmt_time(r.b_median_s), time_cell, cycles_cell,
-            f"[{_pct(lo)}, {_pct(hi)}]", r.paired.verdict, _mhz(r.a_mhz), _mhz(r.b_mhz), str(r.paired.pairs))
+    judged = _pct(r.paired.change) + {"time": " (time)", "cycles": " (s=1)"}.get(r.paired.basis, "")
+    if r.paired.clock_sensitivity is not None:
+        judged += f" (s={r.paired.clock_sensitivity:.2f})"
+    return (r.name.split("::")[-1], fmt_time(r.a_median_s), fmt_time(r.b_median_s), _pct(r.paired.in_time_change),
+            _pct(cycles) if cycles is not None else "-", judged, f"[{_pct(lo)}, {_pct(hi)}]", r.paired.verdict,
+            _mhz(r.a_mhz), _mhz(r.b_mhz), str(r.paired.pairs))
 
 
 def counts(results: Sequence[AbResult]) -> str:
@@ -49,7 +50,8 @@ def counts(results: Sequence[AbResult]) -> str:
 
 def explain(r: AbResult, threshold: float) -> str:
     lo, hi = r.paired.interval()
-    text = (f"B/A {_pct(r.paired.change)} in {r.paired.basis} (95% CI {_pct(lo)} to {_pct(hi)}, {r.paired.pairs}"
+    basis = {"time": "in time", "cycles": "in cycles"}.get(r.paired.basis, "at equal SM clock")
+    text = (f"B/A {_pct(r.paired.change)} {basis} (95% CI {_pct(lo)} to {_pct(hi)}, {r.paired.pairs}"
             f" pairs) against a threshold of {threshold:.1%}")
     return "; ".join([text, *r.notes()])
 
@@ -87,7 +89,8 @@ def markdown(results: Sequence[AbResult], arms: Sequence[str], threshold: float,
 
 def csv_text(results: Sequence[AbResult]) -> str:
     return csv_rows(["benchmark", "group", "backend", "a_s", "b_s", "change", "ci_low", "ci_high", "verdict", "pairs",
-                     "a_mhz", "b_mhz", "cycles_change", "basis", "time_change", "stop", "timer", "notes"],
+                     "a_mhz", "b_mhz", "cycles_change", "basis", "clock_sensitivity", "time_change", "stop", "timer",
+                     "notes"],
                     map(_csv_row, results))
 
 
@@ -96,6 +99,7 @@ def _csv_row(r: AbResult) -> list[object]:
     return [r.name, r.group, r.backend, r.a_median_s, r.b_median_s, f"{r.paired.change:.6f}", f"{lo:.6f}",
             f"{hi:.6f}", r.paired.verdict, r.paired.pairs, r.a_mhz or "", r.b_mhz or "",
             "" if r.cycles_change is None else f"{r.cycles_change:.6f}", r.paired.basis,
+            "" if r.paired.clock_sensitivity is None else f"{r.paired.clock_sensitivity:.3f}",
             f"{r.paired.in_time_change:.6f}", r.stop, r.timer, "; ".join(r.notes())]
 
 

@@ -7,11 +7,16 @@ whatever the clock did to one it did to the other, and only the arms' difference
 Per case the verdict is the gate's rule (:func:`~pytest_attn.verdicts.rule.verdict`) applied to the
 geometric mean of the pairs' ratios B/A, with the standard error of the mean log ratio as the noise: at
 the A/B threshold (:data:`AB_THRESHOLD`, 2 %), SLOWER once the change is beyond both three standard errors
-and 1 %. The ratios are of cycles (block time x the block's mean SM clock) where every block's clock was
-read on the GPU (:mod:`pytest_attn.engine.clockprobe`), else of time: at a power cap the clock is not
-shared by a pair -- it moves from block to block, and an arm whose data sit elsewhere in memory can draw
-more power and run at a lower clock all along (an H200 A/A of one process: 2.1-2.7 % in time, under 0.4 %
-in cycles). The time change is reported beside it.
+and 1 %. Where every block's clock was read on the GPU (:mod:`pytest_attn.engine.clockprobe`) the ratios are
+of time at equal SM clock, else of time: at a power cap the clock is not shared by a pair -- it moves from
+block to block, and an arm whose data sit elsewhere in memory can draw more power and run at a lower clock
+all along (an H200 A/A of one process: 2.1-2.7 % in time, under 0.4 % in cycles). How far a case's time
+follows the clock is fitted on its own pairs (:func:`~pytest_attn.core.stats.clock_sensitivity`): a
+compute-bound kernel's time goes with 1/clock (its cycles are fixed), a memory-bound decode step's does not
+(its time is fixed). On an H100 (2026-11-26) an A/A in cycles called a power-capped FA4 prefill FASTER
+(-1.1 %: B's clock 1.3 % lower, its time +0.2 %; fitted sensitivity 0.17), and 2 % injected was AMBIGUOUS in
+cycles on 6 of 126 decode and varlen cases (memory-bound: +2.1 % in time, +1.3 % in cycles); judged at equal
+clock, the same pairs give SAME and 125 SLOWER. Time and cycles are reported beside it.
 
 ``tests/test_paired.py`` simulates a clock whose speed drifts +-5 % over a run: paired, a 2 % difference
 is SLOWER in 200 of 200 cases and an A/A never is; the same blocks compared run against run are not
@@ -31,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.stats import (
+    clock_sensitivity,
     median,
     placement_variance,
     stratified_log_ratio,
@@ -58,9 +64,12 @@ class Paired:
     sigma: float  # the standard error of the mean log ratio (relative)
     verdict: str
     dropped: int = 0  # pairs whose ratio was over twice or under half the median ratio (core.stats.without_outliers)
-    in_time: str = ""  # the time's own verdict, where the basis is cycles or the clock rule changed it
-    basis: str = "time"  # what change and sigma are of: "time", or "cycles" (time x each block's mean SM clock)
-    time_change: float | None = None  # B/A - 1 in time, where the basis is cycles
+    in_time: str = ""  # the time's own verdict, where the basis is not time or the clock rule changed it
+    #: what change and sigma are of: "time", or "equal clock" (time x each block's mean SM clock ** the case's
+    #: clock sensitivity); "cycles" in records written before the sensitivity was fitted (it was 1 there)
+    basis: str = "time"
+    time_change: float | None = None  # B/A - 1 in time, where the basis is not time
+    clock_sensitivity: float | None = None  # how far time follows the clock (0-1; 1: cycles), on that basis
 
     @property
     def in_time_change(self) -> float:
@@ -89,8 +98,8 @@ def paired(name: str, a_s: Sequence[float], b_s: Sequence[float], threshold: flo
     committed selection (2026-11-25) one case's replicas read +0.04 % and +2.30 %: SLOWER on the spread within
     them alone, AMBIGUOUS with this (and none of the 206 SLOWER or FASTER).
 
-    ``measured``: ``a_mhz`` and ``b_mhz`` are each block's mean SM clock, read on the GPU: the verdict is
-    on cycles, with the time's verdict in ``in_time`` and its change in ``time_change``.
+    ``measured``: ``a_mhz``, ``b_mhz`` are each block's mean SM clock read on the GPU: judged at equal clock
+    (:func:`_at_equal_clock`), the time's verdict in ``in_time`` and its change in ``time_change``.
 
     With every block's SM clock (``a_mhz``, ``b_mhz``), a SAME is AMBIGUOUS where B's clock was
     :data:`~.gate.CLOCK_STEP` or more above A's and B is slower and not SAME in cycles (block time x its
@@ -114,9 +123,9 @@ def paired(name: str, a_s: Sequence[float], b_s: Sequence[float], threshold: flo
     ma = _clocks([a_mhz[i] for i in kept if i < len(a_mhz)], len(kept))  # the kept blocks' clocks, all or none
     mb = _clocks([b_mhz[i] for i in kept if i < len(b_mhz)], len(kept))
     if ma and mb and measured:
-        cycles, sigma_c, noise_c = _judged(*_in_cycles(a_k, b_k, ma, mb), strata, widen)
-        return Paired(name, len(kept), cycles, sigma_c, verdict(cycles, noise_c, threshold), result.dropped,
-                      in_time=in_time, basis="cycles", time_change=change)
+        s, level, sigma_e, noise_e = _at_equal_clock(a_k, b_k, ma, mb, strata, widen)
+        return Paired(name, len(kept), level, sigma_e, verdict(level, noise_e, threshold), result.dropped,
+                      in_time=in_time, basis="equal clock", time_change=change, clock_sensitivity=s)
     if in_time != "SAME" or not ma or not mb:
         return result
     clock = median(mb) / median(ma) - 1
@@ -124,6 +133,19 @@ def paired(name: str, a_s: Sequence[float], b_s: Sequence[float], threshold: flo
     if clock >= CLOCK_STEP and cycles > 0 and verdict(cycles, noise_c, threshold) != "SAME":
         return dataclasses.replace(result, verdict="AMBIGUOUS", in_time=in_time)
     return result
+
+
+def _at_equal_clock(a: Sequence[float], b: Sequence[float], a_mhz: Sequence[float], b_mhz: Sequence[float],
+                    strata: Sequence[int], widen: float) -> tuple[float, float, float, float]:
+    """(clock sensitivity, change, standard error, the rule's noise) of the pairs at equal SM clock: block time
+    x its clock ** ``s``, ``s`` the case's clock sensitivity fitted on the pairs (1 where the clocks did not vary
+    within a replica); the fit's own error, times the arms' mean clock difference, joins the error."""
+    fitted = clock_sensitivity([y / x for x, y in zip(a, b, strict=True)],
+                               [y / x for x, y in zip(a_mhz, b_mhz, strict=True)], strata)
+    s, s_error = fitted if fitted and math.isfinite(fitted[1]) else (1.0, 0.0)
+    level, sigma, noise = _judged(*_in_cycles(a, b, a_mhz, b_mhz, s), strata, widen)
+    fit = s_error * abs(sum(math.log(y / x) for x, y in zip(a_mhz, b_mhz, strict=True)) / len(a_mhz))
+    return s, level, math.hypot(sigma, fit), math.hypot(noise, fit)
 
 
 def _judged(a: Sequence[float], b: Sequence[float], strata: Sequence[int], widen: float) -> tuple[float, float, float]:
@@ -135,9 +157,10 @@ def _judged(a: Sequence[float], b: Sequence[float], strata: Sequence[int], widen
 
 
 def _in_cycles(a_s: Sequence[float], b_s: Sequence[float], a_mhz: Sequence[float],
-               b_mhz: Sequence[float]) -> tuple[list[float], list[float]]:
-    """Block times x block clocks."""
-    return ([t * m for t, m in zip(a_s, a_mhz, strict=True)], [t * m for t, m in zip(b_s, b_mhz, strict=True)])
+               b_mhz: Sequence[float], sensitivity: float = 1.0) -> tuple[list[float], list[float]]:
+    """Block times x block clocks ** ``sensitivity`` (1: cycles; 0: time)."""
+    return ([t * m**sensitivity for t, m in zip(a_s, a_mhz, strict=True)],
+            [t * m**sensitivity for t, m in zip(b_s, b_mhz, strict=True)])
 
 
 def few_pairs_factor(pairs: int) -> float:
@@ -172,21 +195,22 @@ class AbResult:
 
     @property
     def replica_changes(self) -> dict[int, float]:
-        """Each replica's own change B/A - 1, on the verdict's basis (cycles where measured), all pairs kept."""
+        """Each replica's own change B/A - 1, on the verdict's basis (at equal clock where measured), all pairs
+        kept."""
         if len(set(self.replicas)) < 2:
             return {}
         a_s, b_s = self.blocks
         if self.clocks_measured:
             ma, mb = _clocks(self.block_mhz[0], len(a_s)), _clocks(self.block_mhz[1], len(b_s))
             if ma and mb:
-                a_s = tuple(t * m for t, m in zip(a_s, ma, strict=True))
-                b_s = tuple(t * m for t, m in zip(b_s, mb, strict=True))
+                s = 1.0 if self.paired.clock_sensitivity is None else self.paired.clock_sensitivity
+                a_s, b_s = (tuple(x) for x in _in_cycles(a_s, b_s, ma, mb, s))
         return stratum_means(a_s, b_s, self.replicas)
 
     @property
     def clocks_measured(self) -> bool:
-        """``block_mhz`` are each block's mean clock from the GPU's counters (judged in cycles), else NVML's."""
-        return self.paired.basis == "cycles"
+        """``block_mhz`` are each block's mean clock from the GPU's counters (judged at equal clock), else NVML's."""
+        return self.paired.basis != "time"
 
     @property
     def a_mhz(self) -> float | None:
@@ -213,8 +237,8 @@ class AbResult:
             out.append(f"B ran at a {abs(clock):.1%} {'lower' if clock < 0 else 'higher'} SM clock than A in the same"
                        " seconds: its power draw (its code, or where its data sit in memory: an H200 A/A saw up to"
                        f" 3 %); in cycles B/A is {self.cycles_change:+.1%}, in time {self.paired.in_time_change:+.1%}")
-        if self.paired.basis == "cycles" and self.paired.in_time != self.paired.verdict:
-            out.append(f"judged in cycles (time x each block's mean SM clock); in time alone {self.paired.in_time}")
+        if self.paired.basis != "time" and self.paired.in_time != self.paired.verdict:
+            out.append(f"judged at equal SM clock{self._sensitivity_words()}; in time alone {self.paired.in_time}")
         if self.paired.basis == "time" and self.paired.in_time == "SAME" and self.paired.verdict == "AMBIGUOUS":
             out.append("SAME in time but slower in cycles, at a higher clock in B: a faster clock can hide a slower"
                        " kernel (B's extra work may draw less power, and a power cap then lets the clock up); lock"
@@ -232,6 +256,13 @@ class AbResult:
                        " median (a block the machine stalled)")
         out += [f"arm {arm} throttled: {t}" for arm, t in zip("AB", self.throttle, strict=True) if t]
         return out
+
+    def _sensitivity_words(self) -> str:
+        s = self.paired.clock_sensitivity
+        if s is None:
+            return " (time x each block's mean SM clock: cycles)"
+        return (f" (time x each block's mean SM clock ** {s:.2f}, how far this case's time followed the clock"
+                " over its pairs: 1 for a kernel bound by the SM clock, 0 for one bound by memory)")
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
