@@ -385,3 +385,29 @@ def test_an_events_figure_with_the_host_in_it_counts_that_share_as_noise():
     (kernels,) = compare({"t": bench(7.541e-3, "kernel-sum", repeats=(7.641e-3, 7.641e-3, 7.541e-3))},
                          {"t": bench(7.248e-3, "kernel-sum", host_gap=0.02)}, Thresholds())
     assert kernels.verdict == "FASTER" and not any("host" in n for n in kernels.notes)
+
+
+def test_a_baseline_whose_host_gap_was_not_recorded_takes_it_from_this_run_s_kernels():
+    """The same case on an H100 (2026-11-26): baseline 7.541 ms by events, written before gaps were recorded;
+    this run 7.319 ms by events with no gap of its own (its warm-up read 7.04 ms, its kernels 7.16 ms): FASTER
+    against the repeats and this run's gap alone. What this run's kernels leave of the baseline's median (5 %)
+    is the baseline's gap as far as anything tells: AMBIGUOUS, with a note that says so. A baseline that recorded
+    its gap (none) is judged on it."""
+    from factories import H200, record
+
+    from pytest_attn.verdicts.runs import bench_of
+
+    def bench(median_s, host_gap=None, kernels_s=None, repeats=()):
+        r = record("fa4-varlen", median_s, device=H200, test="t", precision=0.006)
+        timing = dataclasses.replace(r.timing, timer="cuda-event", host_gap=host_gap, kernels_s=kernels_s,
+                                     repeats_s=repeats)
+        return bench_of(dataclasses.replace(r, timing=timing))
+
+    legacy = {"t": bench(7.541e-3, repeats=(7.641e-3, 7.641e-3, 7.541e-3))}
+    (without,) = compare(legacy, {"t": bench(7.319e-3, host_gap=0.0)}, Thresholds())
+    (judged,) = compare(legacy, {"t": bench(7.319e-3, host_gap=0.0, kernels_s=7.16e-3)}, Thresholds())
+    assert (without.verdict, judged.verdict) == ("FASTER", "AMBIGUOUS")
+    assert any("the baseline's own gap was not recorded" in n for n in judged.notes)
+    recorded = {"t": bench(7.541e-3, host_gap=0.0, repeats=(7.641e-3, 7.641e-3, 7.541e-3))}
+    (kept,) = compare(recorded, {"t": bench(7.319e-3, host_gap=0.0, kernels_s=7.16e-3)}, Thresholds())
+    assert kept.verdict == "FASTER"

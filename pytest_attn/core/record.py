@@ -76,6 +76,7 @@ class Timing:
     timer_choice: str = ""  # why this timer: pinned by a baseline, asked for, or the call's length (and the warm-up's)
     host_gap: float | None = None  # a call of 5 ms or more: the share of its events reading the GPU idled (1 - kernels
     # of one profiled call / the warm-up's events estimate): what of an events figure moves with the host
+    kernels_s: float | None = None  # a call of 5 ms or more: one profiled call's kernels (s), where they were read
 
     @property
     def pin(self) -> TimerPin:

@@ -207,6 +207,7 @@ def call_estimate(report: WarmupReport, step: Callable[[], Any], device: DeviceI
             f" kernels {kernels * 1e3:.3g} ms")
     if kernels > 0:
         report.host_gap = max(0.0, 1 - kernels / estimate)
+        report.kernels_s = kernels
     if 0 < kernels < events_from_s:
         return kernels, f"{said}: the host's launches, not the GPU's work; timed by its kernels", True
     if 0 < kernels * (1 + HOST_GAP) < estimate:
@@ -301,7 +302,8 @@ def record_of(p: Prepared, sampling: Sampling, diagnose: bool = True) -> Record:
                       setup_s=p.setup_s, graph_replay_s=median(replay) if replay else None,
                       drift=relative_drift(samples), capture=built.capture,
                       l2=l2_condition(built.cache_kind, built.input_sets, flops.min_bytes(case), device.l2_bytes),
-                      timer_choice=p.choice, host_gap=p.warmup.host_gap),
+                      timer_choice=p.choice, host_gap=p.warmup.host_gap,
+                      kernels_s=p.warmup.kernels_s),
         work=work,
         figures=figures(work, median(samples), device.peak(case.dtype, settings.peak_tflops),
                         clocks_seen.sm_clock_mhz),

@@ -25,6 +25,7 @@ class WarmupReport:
     collections: int = 0  # the garbage collector's runs during the warm-up (they stall the host's launches)
     launch_s: list[float] = field(default_factory=list)  # the host's time to launch each call (events timing)
     host_gap: float | None = None  # 1 - one profiled call's kernels / the events estimate, where both were read
+    kernels_s: float | None = None  # one profiled call's kernels (s), where they were read
 
     @property
     def calls(self) -> int:
