@@ -311,12 +311,13 @@ def test_a_real_ab_run_of_two_worker_processes(tmp_path, xdist):
          "--attn-ab=main-build,same+slowdown=50%", f"--attn-report={report}", *xdist, "test_ab_suite.py"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300)
     out = done.stdout + done.stderr
+    flat = " ".join(out.split())  # the terminal wraps long lines where the paths make them long
     assert "paired A/B at a 2.0% threshold: " in out, out
-    assert "B: same+slowdown=50%: this environment; slowed by 50.0% on purpose -- " in out  # and what it ran
-    assert "pytest-attn from " in out
-    warning = "  warning: A (main-build) and B (same+slowdown=50%) are two environments, but both load the same builds"
-    assert warning in out.split("pytest-attn A/B ==")[1]  # in the summary, and said as soon as the arms said hello
-    assert xdist or out.index(f"pytest-attn A/B: {warning.strip()}") < out.index("pytest-attn A/B ==")
+    assert "B: same+slowdown=50%: this environment; slowed by 50.0% on purpose -- " in flat  # and what it ran
+    assert "pytest-attn from " in flat
+    warning = "warning: A (main-build) and B (same+slowdown=50%) are two environments, but both load the same builds"
+    assert warning in flat.split("pytest-attn A/B ==")[1]  # in the summary, and said as soon as the arms said hello
+    assert xdist or flat.index(f"pytest-attn A/B: {warning}") < flat.index("pytest-attn A/B ==")
     results = json.loads((report / "ab.json").read_text())["results"]
     assert len(results) == 2 and all(r["paired"]["verdict"] in ("SLOWER", "AMBIGUOUS", "SAME", "FASTER")
                                      for r in results)
