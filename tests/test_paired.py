@@ -175,3 +175,17 @@ def test_recorded_h100_pairs_are_judged_at_equal_clock():
             assert result.verdict == "SLOWER", case["case_id"]
         else:
             assert result.verdict in ("SAME", "AMBIGUOUS"), case["case_id"]
+
+
+def test_an_unfitted_clock_sensitivity_costs_at_most_the_arms_clock_difference():
+    """Clocks that barely move within each replica leave the sensitivity's fit with an error of hundreds; as the
+    sensitivity lies in 0..1, the most it can move the change is the arms' mean clock difference (here 1 %)."""
+    rng = random.Random(7)
+    a_s = [1e-3 * (1 + rng.gauss(0, 0.001)) for _ in range(8)]
+    b_s = [1e-3 * (1 + rng.gauss(0, 0.001)) for _ in range(8)]
+    a_mhz = [1980 * (1 + rng.gauss(0, 1e-5)) for _ in range(8)]
+    b_mhz = [1980 * 1.01 * (1 + rng.gauss(0, 1e-5)) for _ in range(8)]
+    fitted = clock_sensitivity([b / a for a, b in zip(a_s, b_s)], [b / a for a, b in zip(a_mhz, b_mhz)])
+    assert fitted is not None and fitted[1] > 10
+    result = paired("x", a_s, b_s, AB_THRESHOLD, a_mhz, b_mhz, measured=True)
+    assert result.sigma < 0.012
