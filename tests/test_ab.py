@@ -17,13 +17,13 @@ from factories import CPU, attention_suite, dense
 
 from pytest_attn.core.codec import case_to_dict
 from pytest_attn.core.record import TimerPin
-from pytest_attn.engine import arm as arm_module
-from pytest_attn.engine.armspec import parse_ab
+from pytest_attn.engine.ab import worker as arm_module
+from pytest_attn.engine.ab.pairing import PairRule, run_pair
+from pytest_attn.engine.ab.spec import parse_ab
 from pytest_attn.engine.nvml import NoNvml
-from pytest_attn.engine.pairing import PairRule, run_pair
 from pytest_attn.engine.settings import CaseFailed, CaseSkipped
 from pytest_attn.plugin import ab as ab_plugin
-from pytest_attn.verdicts.paired import AbResult, few_pairs_factor, paired
+from pytest_attn.verdicts.ab.paired import AbResult, few_pairs_factor, paired
 
 
 def test_arm_specs(tmp_path):
@@ -376,7 +376,7 @@ def test_the_arms_say_which_build_each_loads(tmp_path):
     """B's folder holds another install of a library (here of torch's own version, as a rebuilt PR branch
     would): the lines name it with both folders; an empty folder, or a Python that finds the same installs,
     is two environments that load one build -- a warning, said as soon as both arms said hello."""
-    from pytest_attn.engine.armspec import builds_lines
+    from pytest_attn.engine.ab.spec import builds_lines
 
     torch_version = arm_module.libraries()["torch"][0]
     pr = _fake_install(tmp_path / "pr-build", "torch", torch_version)
@@ -437,7 +437,7 @@ def test_arms_that_cannot_run_are_refused_at_start_up(pytester):
 def test_a_cut_short_a_b_does_not_say_no_regression(tmp_path):
     """A cut-short A/B wrote a summary.md saying "no regression" about the cases it never reached, and ab.json
     had no partial mark."""
-    from pytest_attn.verdicts.ab_reports import write_ab_reports
+    from pytest_attn.verdicts.ab.summaries import write_ab_reports
 
     verdict = paired("t::a", [1.0] * 8, [1.001] * 8)
     result = AbResult("t::a", "a", "g", "sdpa-math", verdict, 1e-3, 1.001e-3)

@@ -1,4 +1,4 @@
-"""Each A/B block's mean SM clock, read on the GPU (pytest_attn.engine.clockprobe): the arithmetic on the
+"""Each A/B block's mean SM clock, read on the GPU (pytest_attn.engine.ab.clockprobe): the arithmetic on the
 probe's rows, falling back to NVML where the probe cannot run, the arm reading it around exactly the kept
 samples, and the pairs judged in cycles when every block has it."""
 
@@ -12,13 +12,13 @@ import pytest
 from factories import CPU, dense
 from test_ab import FakeArm
 
-from pytest_attn.engine import arm as arm_module
-from pytest_attn.engine import clockprobe
-from pytest_attn.engine.clockprobe import mean_clock_mhz, open_probe
+from pytest_attn.engine.ab import clockprobe
+from pytest_attn.engine.ab import worker as arm_module
+from pytest_attn.engine.ab.clockprobe import mean_clock_mhz, open_probe
+from pytest_attn.engine.ab.pairing import PairRule, run_pair
 from pytest_attn.engine.nvml import NoNvml
-from pytest_attn.engine.pairing import PairRule, run_pair
 from pytest_attn.plugin.ab import result_of
-from pytest_attn.verdicts.ab_reports import csv_text, terminal_lines
+from pytest_attn.verdicts.ab.summaries import csv_text, terminal_lines
 
 GPU = dataclasses.replace(CPU, kind="cuda", name="NVIDIA H200", sm_count=132)
 

@@ -1,4 +1,4 @@
-"""Paired A/B (pytest_attn.verdicts.paired) against a clock whose speed drifts +-5 % over the run: pairing
+"""Paired A/B (pytest_attn.verdicts.ab.paired) against a clock whose speed drifts +-5 % over the run: pairing
 calls a 2 % difference in every case and never an A/A; the same blocks compared run against run cannot."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pytest_attn.core.stats import clock_sensitivity
-from pytest_attn.verdicts.paired import AB_THRESHOLD, cycles_change, paired
+from pytest_attn.verdicts.ab.paired import AB_THRESHOLD, cycles_change, paired
 from pytest_attn.verdicts.rule import verdict
 
 CASES = 200
@@ -185,7 +185,8 @@ def test_an_unfitted_clock_sensitivity_costs_at_most_the_arms_clock_difference()
     b_s = [1e-3 * (1 + rng.gauss(0, 0.001)) for _ in range(8)]
     a_mhz = [1980 * (1 + rng.gauss(0, 1e-5)) for _ in range(8)]
     b_mhz = [1980 * 1.01 * (1 + rng.gauss(0, 1e-5)) for _ in range(8)]
-    fitted = clock_sensitivity([b / a for a, b in zip(a_s, b_s)], [b / a for a, b in zip(a_mhz, b_mhz)])
+    fitted = clock_sensitivity([b / a for a, b in zip(a_s, b_s, strict=True)],
+                               [b / a for a, b in zip(a_mhz, b_mhz, strict=True)])
     assert fitted is not None and fitted[1] > 10
     result = paired("x", a_s, b_s, AB_THRESHOLD, a_mhz, b_mhz, measured=True)
     assert result.sigma < 0.012

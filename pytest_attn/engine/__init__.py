@@ -13,7 +13,5 @@ Modules: :mod:`.runner`, :mod:`.measure` (one case: set up, warm up, the timer, 
 :mod:`.settings`, :mod:`.inputs`, :mod:`.timers`, :mod:`.sampling`, :mod:`.stopping`, :mod:`.spotcheck` (what a
 kernel cannot get away with), :mod:`.load_phase` (the sustained phase), :mod:`.nvml`, :mod:`.probe`,
 :mod:`.clocks`, :mod:`.ceilings`, :mod:`.profiler`, :mod:`.hbm`, :mod:`.slowed`, :mod:`.compile` (kernel modules
-built before the first sample), :mod:`.threads`; the paired A/B: :mod:`.armspec` (what an arm is), :mod:`.arms`
-(the controller's side), :mod:`.arm` (the worker), :mod:`.pairing` (turns and stopping), :mod:`.clockprobe` (a
-block's mean SM clock).
+built before the first sample), :mod:`.threads`; the paired A/B's measuring side in one package, :mod:`.ab`.
 """

@@ -1,7 +1,7 @@
 """Measuring one case: set up (inputs, the back end's call, the check against the reference), warm up,
 choose and build the timer (:func:`prepare`), sample (:func:`measure`), and the result record
 (:func:`record_of`). The one-process runner (:mod:`.runner`) samples until its stop rule is met; an A/B arm
-(:mod:`.arm`) samples in blocks, in turn with the other arm, and builds its record from all of them."""
+(:mod:`.ab.worker`) samples in blocks, in turn with the other arm, and builds its record from all of them."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """What a measurement is asked to do (:class:`RunSettings`), how a case ends when it cannot be measured
 (:class:`CaseSkipped`, :class:`CaseFailed`), and the memory one input set needs. Shared by the runner (one
-process) and the A/B arms (:mod:`.arm`). Pytest-free; imports no torch."""
+process) and the A/B arms (:mod:`.ab.worker`). Pytest-free; imports no torch."""
 
 from __future__ import annotations
 

@@ -246,7 +246,7 @@ def choose_timer(requested: str, on_cuda: bool, call_estimate_s: float,
                  events_from_s: float = GRAPH_THRESHOLD_S) -> str:
     """The timer for a case: the user's choice, else kernel-sum over graph replays for CUDA calls shorter
     than ``events_from_s`` and events for longer ones (A/B arms take kernel-sum further:
-    :data:`pytest_attn.engine.arm.EVENTS_FROM_S`)."""
+    :data:`pytest_attn.engine.ab.worker.EVENTS_FROM_S`)."""
     if requested not in TIMER_KINDS:
         raise ValueError(f"timer={requested!r} is not one of {', '.join(TIMER_KINDS)}")
     if not on_cuda:
@@ -276,7 +276,7 @@ def graph_calls_per_replay(call_estimate_s: float, sets: int = 1, *, kernel_sum:
 def input_sets(input_bytes: int, l2_bytes: int | None, max_sets: int = 32, min_sets: int = 1) -> int:
     """How many copies of the inputs to rotate through so that consecutive calls do not find their
     data in L2: enough that the copies together exceed 3x the L2 size; at least ``min_sets`` (an A/B
-    arm's calls then sit at several places in memory, :data:`pytest_attn.engine.arm.MIN_INPUT_SETS`)."""
+    arm's calls then sit at several places in memory, :data:`pytest_attn.engine.ab.worker.MIN_INPUT_SETS`)."""
     if not l2_bytes or input_bytes <= 0 or input_bytes >= 3 * l2_bytes:
         return max(1, min_sets)
     return max(1, min_sets, min(max_sets, math.ceil(3 * l2_bytes / input_bytes)))

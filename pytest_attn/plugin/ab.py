@@ -1,9 +1,9 @@
 """``--attn-ab=ARM_A,ARM_B``: the paired A/B run wired into pytest.
 
 Each attention case is measured by the arms' worker processes -- two replicas per arm, started in the order
-A1 B1 B2 A2 (:mod:`pytest_attn.engine.arms`) -- taking turns on this process's GPU
-(:mod:`pytest_attn.engine.pairing`); the verdict is B against A from
-the paired blocks (:mod:`pytest_attn.verdicts.paired`). Arm B's record goes to pytest-benchmark (its
+A1 B1 B2 A2 (:mod:`pytest_attn.engine.ab.processes`) -- taking turns on this process's GPU
+(:mod:`pytest_attn.engine.ab.pairing`); the verdict is B against A from
+the paired blocks (:mod:`pytest_attn.verdicts.ab.paired`). Arm B's record goes to pytest-benchmark (its
 table, JSON, autosave) with the A/B outcome in its ``extra_info`` (``attn_ab``); the session ends with the
 A/B table, ``--attn-report`` files (summary.md, results.csv, ab.json), the job summary under GitHub
 Actions, and a non-zero exit status for the verdicts ``--attn-fail-on`` names (SLOWER by default). No
@@ -23,13 +23,13 @@ from ..core.case import AttnCase
 from ..core.codec import case_from_dict, case_to_dict
 from ..core.device import DeviceInfo
 from ..core.record import Record
-from ..engine.arm import settings_to_json
-from ..engine.arms import ArmError, ArmProcess, probe_environment
-from ..engine.armspec import ArmSpec, builds_lines
-from ..engine.pairing import PairRule, PairRun, check_pair, run_pair
+from ..engine.ab.pairing import PairRule, PairRun, check_pair, run_pair
+from ..engine.ab.processes import ArmError, ArmProcess, probe_environment
+from ..engine.ab.spec import ArmSpec, builds_lines
+from ..engine.ab.worker import settings_to_json
 from ..engine.settings import CaseFailed, CaseSkipped
-from ..verdicts.ab_reports import markdown, terminal_lines, write_ab_reports
-from ..verdicts.paired import AbResult, paired
+from ..verdicts.ab.paired import AbResult, paired
+from ..verdicts.ab.summaries import markdown, terminal_lines, write_ab_reports
 from ..verdicts.runs import partial_note
 from .gate import append_job_summary, write_section
 from .handover import AB_ARMS, AB_RESULT, send

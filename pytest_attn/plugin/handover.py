@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from ..core.record import Record
-from ..verdicts.paired import AbResult
+from ..verdicts.ab.paired import AbResult
 from .session import AB_HANDED, AB_WORKER_LINES, ATTN_SESSION, FUZZ_REACH, SHARD
 
 GPUS = "pytest_attn_gpus"

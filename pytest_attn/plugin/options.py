@@ -24,11 +24,11 @@ from ..core.case import DIRECTIONS, DTYPES, canonical_dtype
 from ..core.catalog import PROFILES, Variant
 from ..core.converters import option_value
 from ..core.percent import parse_percent
-from ..engine.armspec import ArmSpec, parse_ab
+from ..engine.ab.spec import ArmSpec, parse_ab
 from ..engine.clocks import LockRequest, parse_lock
 from ..engine.threads import usable_cpus
 from ..engine.timers import TIMER_KINDS
-from ..verdicts.paired import AB_THRESHOLD
+from ..verdicts.ab.paired import AB_THRESHOLD
 from ..verdicts.rule import DEFAULT_FAIL_ON, DEFAULT_THRESHOLD, parse_fail_on, parse_override
 
 T = TypeVar("T")

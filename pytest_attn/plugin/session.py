@@ -35,9 +35,9 @@ from ..engine.runner import RunSettings
 from ..engine.slowed import SlowedBackend
 from ..engine.stopping import StopRule, WarmupRule
 from ..engine.threads import auto_threads, set_torch_threads, usable_cpus
+from ..verdicts.ab.paired import AbResult
 from ..verdicts.fingerprint import gpu_key
 from ..verdicts.layout import wrap
-from ..verdicts.paired import AbResult
 from ..verdicts.rule import DEFAULT_FAIL_ON, Thresholds
 from .options import DEFAULT_SUSTAINED_S, AttnOptions
 from .progress import Progress, WallTimes

@@ -10,7 +10,7 @@ measured on and whether two may be compared; :mod:`.baseline` stores and checks 
 them. A new verdict or report goes here; it reads records and writes text.
 
 Modules: :mod:`.runs`, :mod:`.peers`, :mod:`.table`, :mod:`.layout` (text that fits a terminal),
-:mod:`.fingerprint`, :mod:`.baseline`, :mod:`.rule`, :mod:`.decision`, :mod:`.paired` (A/B verdicts),
-:mod:`.reports` and :mod:`.ab_reports` (the gate's and the A/B's, over :mod:`.render`), :mod:`.plots`,
+:mod:`.fingerprint`, :mod:`.baseline`, :mod:`.rule`, :mod:`.decision`, :mod:`.reports` (the gate's, over
+:mod:`.render`, which the A/B's share), :mod:`.plots`, the paired A/B's verdicts and reports in :mod:`.ab`,
 :mod:`.merge`, :mod:`.cli` and :mod:`.__main__` (``pytest-attn merge``).
 """

@@ -1,4 +1,4 @@
-"""What the gate's reports (:mod:`.reports`) and the A/B's (:mod:`.ab_reports`) render alike: the verdicts
+"""What the gate's reports (:mod:`.reports`) and the A/B's (:mod:`.ab.summaries`) render alike: the verdicts
 counted, a Markdown table with the failing verdicts in bold, the cases explained one per line, CSV text, and
 report files written whole. Pure except :func:`write_files`."""
 

@@ -1,6 +1,6 @@
 """One arm of a paired A/B run: a long-lived worker process that measures cases in blocks, when told.
 
-The controller (:mod:`.arms`) starts two of these, one per environment, and speaks JSON lines on their
+The controller (:mod:`.processes`) starts two of these, one per environment, and speaks JSON lines on their
 stdin/stdout (anything else the libraries print goes to stderr, a log file). Requests, each answered
 with one line:
 
@@ -40,20 +40,20 @@ from typing import IO, Any
 
 import pytest_attn
 
-from ..backends import QUIET_WARNINGS, assemble_registry
-from ..backends.base import Registry, Unsupported
-from ..core.codec import case_from_dict
-from ..core.device import DeviceInfo
-from ..core.record import TimerPin
+from ...backends import QUIET_WARNINGS, assemble_registry
+from ...backends.base import Registry, Unsupported
+from ...core.codec import case_from_dict
+from ...core.device import DeviceInfo
+from ...core.record import TimerPin
+from ..measure import Prepared, prepare, record_of
+from ..nvml import Nvml
+from ..probe import probe_device
+from ..runner import describe_failure, make_room
+from ..sampling import Sampling, take_sample
+from ..settings import CaseFailed, CaseSkipped, RunSettings, required_bytes
+from ..slowed import SlowedBackend
+from ..stopping import WarmupRule
 from .clockprobe import SmClockProbe, open_probe
-from .measure import Prepared, prepare, record_of
-from .nvml import Nvml
-from .probe import probe_device
-from .runner import describe_failure, make_room
-from .sampling import Sampling, take_sample
-from .settings import CaseFailed, CaseSkipped, RunSettings, required_bytes
-from .slowed import SlowedBackend
-from .stopping import WarmupRule
 
 PROTOCOL = 2
 #: An arm times every CUDA call by its kernels' time (kernel-sum; a plain run does so under 5 ms): the host's

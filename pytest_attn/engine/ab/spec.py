@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.percent import parse_percent
+from ...core.percent import parse_percent
 
 EXAMPLES = "same,same+slowdown=2%  |  /tmp/main-site,.  |  ../main/.venv/bin/python,.venv/bin/python"
 

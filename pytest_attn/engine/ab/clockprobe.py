@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..core.stats import median
+from ...core.stats import median
 
 #: Probe blocks per SM, so that every SM runs at least one (the scheduler spreads them).
 CTAS_PER_SM = 4

@@ -1,4 +1,4 @@
-"""The controller's side of an A/B arm: the worker process (:mod:`.arm`) started in the arm's environment,
+"""The controller's side of an A/B arm: the worker process (:mod:`.worker`) started in the arm's environment,
 asked one JSON line at a time, stopped at the end.
 
 The worker imports pytest-attn as its environment has it (an arm whose folder is a pytest-attn checkout
@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest_attn
 
-from .arm import PROTOCOL
-from .armspec import ArmSpec
+from .spec import ArmSpec
+from .worker import PROTOCOL
 
 #: ``python -c BOOT PYTEST_ATTN_PARENT``: no current folder first on sys.path (``-c`` would put it there,
 #: ahead of the arm's PYTHONPATH), this pytest-attn as the last resort.
 BOOT = ("import sys; del sys.path[0]; sys.path.append(sys.argv[1]); "
-        "from pytest_attn.engine.arm import main; raise SystemExit(main())")
+        "from pytest_attn.engine.ab.worker import main; raise SystemExit(main())")
 TIMEOUTS_S = {"hello": 300.0, "prepare": 1800.0, "block": 600.0, "finish": 600.0, "release": 120.0}
 LOG_LINES = 15
 

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..render import csv_rows, explained, markdown_table, verdict_counts, write_files
+from ..runs import partial_note
+from ..table import fmt_time
 from .paired import AbResult
-from .render import csv_rows, explained, markdown_table, verdict_counts, write_files
-from .runs import partial_note
-from .table import fmt_time
 
 HEADER = ("benchmark", "A", "B", "B/A time", "B/A cycles", "B/A judged", "95% CI", "verdict", "clock A", "clock B",
           "pairs")

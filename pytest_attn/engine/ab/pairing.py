@@ -32,8 +32,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..core.stats import clock_sensitivity, median, stratified_log_ratio, t_widening
-from .settings import CaseFailed, CaseSkipped
+from ...core.stats import clock_sensitivity, median, stratified_log_ratio, t_widening
+from ..settings import CaseFailed, CaseSkipped
 
 
 class Asks(Protocol):

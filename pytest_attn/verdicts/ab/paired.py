@@ -24,7 +24,7 @@ is SLOWER in 200 of 200 cases and an A/A never is; the same blocks compared run 
 and sits lower for one arm's placement: judged in time, an A/A is called; in measured cycles, never.
 
 The blocks come from ``--attn-ab`` (:mod:`pytest_attn.engine.pairing`); :class:`AbResult` is one case's
-outcome, as the summary, the reports (:mod:`.ab_reports`) and pytest-xdist's hand-over carry it.
+outcome, as the summary, the reports (:mod:`.summaries`) and pytest-xdist's hand-over carry it.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.stats import (
+from ...core.stats import (
     clock_sensitivity,
     median,
     placement_variance,
@@ -45,7 +45,7 @@ from ..core.stats import (
     t_widening,
     without_outliers,
 )
-from .rule import CLOCK_STEP, Z, verdict
+from ..rule import CLOCK_STEP, Z, verdict
 
 AB_THRESHOLD = 0.02
 #: A clock this much apart between the arms is noted (pairing saw the same seconds: the kernel's own doing).
