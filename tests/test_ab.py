@@ -3,6 +3,7 @@ statistics' widening for few pairs, and one real run of two worker processes on 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -18,6 +19,19 @@ from factories import CPU, attention_suite, dense
 from pytest_attn.core.codec import case_to_dict
 from pytest_attn.core.record import TimerPin
 from pytest_attn.engine.ab import worker as arm_module
+from pytest_attn.engine.ab.messages import (
+    Block,
+    BlockAnswer,
+    Finish,
+    Finished,
+    Handed,
+    HandOver,
+    Hello,
+    HelloAnswer,
+    Prepare,
+    PrepareAnswer,
+    Released,
+)
 from pytest_attn.engine.ab.pairing import PairRule, run_pair
 from pytest_attn.engine.ab.spec import parse_ab
 from pytest_attn.engine.nvml import NoNvml
@@ -45,28 +59,28 @@ class FakeArm:
     def __init__(self, label, factor, clock, log, prepare=None):
         self.label, self.factor, self.clock, self.log = label, factor, clock, log
         self.requests = []
-        self.prepare_answer = prepare or {"ok": True, "timer": "kernel-sum", "calls_per_sample": 20,
-                                          "estimate_s": 1e-4, "plan": ""}
+        self.prepare_answer = prepare or PrepareAnswer(ok=True, timer="kernel-sum", calls_per_sample=20,
+                                                       estimate_s=1e-4)
 
     def speed(self):  # +-5 % over the run, a full swing every ~3 s of fake time
         return 1 + 0.05 * math.sin(self.clock[0] * 2)
 
     def ask(self, request):
-        self.log.append((self.label, request["op"], (request.get("pin") or {}).get("timer")))
+        self.log.append((self.label, request.op, (getattr(request, "pin", None) or {}).get("timer")))
         self.requests.append(request)
-        if request["op"] == "prepare":
+        if isinstance(request, Prepare):
             return self.prepare_answer
-        if request["op"] == "block":
+        if isinstance(request, Block):
             times = []
-            for _ in range(request["samples"]):
+            for _ in range(request.samples):
                 times.append(100e-6 * self.factor / self.speed())
                 self.clock[0] += 0.01
-            return {"times": times, "clocks": [1980] * len(times), "wall_s": 0.01 * len(times)}
-        if request["op"] == "finish":
-            return {"record": {"arm": self.label}}
-        if request["op"] == "hand_over":
-            return {"sampling": {"samples_s": [], "clocks": [], "reasons": [], "elapsed_s": 0.0}}
-        return {"ok": True}
+            return BlockAnswer(times, [1980] * len(times), 0.01 * len(times))
+        if isinstance(request, Finish):
+            return Finished({"arm": self.label})
+        if isinstance(request, HandOver):
+            return Handed()
+        return Released()
 
 
 RULE = PairRule(max_time_s=60)
@@ -100,12 +114,12 @@ def test_abba_pairs_see_through_a_drifting_clock():
 def test_b_times_with_a_s_timer_calls_and_input_sets():
     """Both arms' calls alike: B is pinned to the timer, calls per sample and rotated input sets A built."""
     clock, log = [0.0], []
-    a = FakeArm("A", 1.0, clock, log, prepare={"ok": True, "timer": "kernel-sum", "input_sets": 4,
-                                               "calls_per_sample": 8, "estimate_s": 6.4e-3, "plan": ""})
+    a = FakeArm("A", 1.0, clock, log, prepare=PrepareAnswer(ok=True, timer="kernel-sum", input_sets=4,
+                                                            calls_per_sample=8, estimate_s=6.4e-3))
     b = FakeArm("B", 1.0, clock, log)
     run_pair(({}, {}), "t", [a], [b], PairRule(max_time_s=1))
-    prepare = next(r for r in b.requests if r["op"] == "prepare")
-    assert prepare["pin"] == {"timer": "kernel-sum", "calls_per_sample": 8, "input_sets": 4}
+    prepare = next(r for r in b.requests if isinstance(r, Prepare))
+    assert prepare.pin == {"timer": "kernel-sum", "calls_per_sample": 8, "input_sets": 4}
 
 
 def test_an_arm_times_by_kernels_and_at_several_places_in_memory(monkeypatch):
@@ -120,12 +134,12 @@ def test_an_arm_times_by_kernels_and_at_several_places_in_memory(monkeypatch):
     monkeypatch.setattr(arm_module, "make_room", lambda case, backend, device, settings: None)
     monkeypatch.setattr(arm_module, "prepare", prepare)
     arm = arm_module.Arm(lambda: (CPU, NoNvml("a test")))
-    arm.hello({"settings": {"timer": "auto"}})
+    arm.hello(Hello({"timer": "auto"}))
     assert (arm.settings.events_from_s, arm.settings.min_input_sets) == (math.inf, 4)
     case = case_to_dict(dense("sdpa-math"))
-    assert arm.prepare({"case": case, "pin": None}) == {"skip": "enough"}
+    assert arm.prepare(Prepare(case)) == PrepareAnswer(skip="enough")
     pin = {"timer": "kernel-sum", "calls_per_sample": 23, "input_sets": 23}
-    assert arm.prepare({"case": case, "pin": pin, "check": False}) == {"skip": "enough"}
+    assert arm.prepare(Prepare(case, pin=pin, check=False)) == PrepareAnswer(skip="enough")
     assert [(x.timer, x.pin, x.verify) for x in seen] == [("auto", None, True),
                                                           ("auto", TimerPin("kernel-sum", 23, 23), False)]
     assert seen[1].warmup.min_calls == 2
@@ -197,10 +211,10 @@ def test_second_replicas_are_pinned_unchecked_and_hand_their_samples_to_the_firs
     a = [FakeArm(f"A{k}", 1.0, clock, log) for k in (1, 2)]
     b = [FakeArm(f"B{k}", 1.0, clock, log) for k in (1, 2)]
     run_pair(({}, {}), "t", a, b, PairRule(max_time_s=1), clock=lambda: clock[0])
-    prepares = {arm.label: next(r for r in arm.requests if r["op"] == "prepare") for arm in (*a, *b)}
-    assert prepares["A1"]["pin"] is None and prepares["A1"].get("check", True)
-    assert prepares["B1"]["check"] and not prepares["A2"]["check"] and not prepares["B2"]["check"]
-    assert prepares["B2"]["pin"] == {"timer": "kernel-sum", "calls_per_sample": 20, "input_sets": 1}
+    prepares = {arm.label: next(r for r in arm.requests if isinstance(r, Prepare)) for arm in (*a, *b)}
+    assert prepares["A1"].pin is None and prepares["A1"].check
+    assert prepares["B1"].check and not prepares["A2"].check and not prepares["B2"].check
+    assert prepares["B2"].pin == {"timer": "kernel-sum", "calls_per_sample": 20, "input_sets": 1}
     ends = [(arm, op) for arm, op, _ in log if op in ("hand_over", "finish")]
     assert ends == [("A2", "hand_over"), ("A1", "finish"), ("B2", "hand_over"), ("B1", "finish")]
 
@@ -208,12 +222,12 @@ def test_second_replicas_are_pinned_unchecked_and_hand_their_samples_to_the_firs
 def test_a_first_replica_s_record_holds_the_samples_of_both(monkeypatch):
     """``finish`` with the other replica's samples: the arm's record is over both replicas' samples."""
     arm = arm_module.Arm(lambda: (CPU, NoNvml("a test")))
-    arm.hello({"settings": {"timer": "auto", "verify": False}})
-    arm.prepare({"case": case_to_dict(dense("sdpa-math")), "pin": None})
-    arm.block({"samples": 5, "warm": False})
+    arm.hello(Hello({"timer": "auto", "verify": False}))
+    arm.prepare(Prepare(case_to_dict(dense("sdpa-math"))))
+    arm.block(Block(5, warm=False))
     mine = list(arm.sampling.samples_s)
-    more = {"samples_s": [1.0] * 7, "clocks": [None] * 7, "reasons": [None] * 7, "elapsed_s": 7.0}
-    record = arm.finish({"stop": "precision", "diagnose": False, "more": [more]})["record"]
+    more = Handed([1.0] * 7, [None] * 7, [None] * 7, 7.0)
+    record = arm.finish(Finish("precision", diagnose=False, more=[more])).record
     assert record["timing"]["samples_s"] == [*mine, *[1.0] * 7]
     assert arm.ready is None  # released
 
@@ -221,11 +235,11 @@ def test_a_first_replica_s_record_holds_the_samples_of_both(monkeypatch):
 def test_either_arm_refusing_releases_the_other():
     clock, log = [0.0], []
     a = FakeArm("A", 1.0, clock, log)
-    b = FakeArm("B", 1.0, clock, log, prepare={"skip": "needs a GPU"})
+    b = FakeArm("B", 1.0, clock, log, prepare=PrepareAnswer(skip="needs a GPU"))
     with pytest.raises(CaseSkipped, match="arm B: needs a GPU"):
         run_pair(({}, {}), "t", [a], [b], PairRule())
     assert ("A", "release", None) in log
-    b.prepare_answer = {"fail": "wrong output"}
+    b.prepare_answer = PrepareAnswer(fail="wrong output")
     with pytest.raises(CaseFailed, match="arm B: wrong output"):
         run_pair(({}, {}), "t", [a], [b], PairRule())
 
@@ -264,9 +278,9 @@ class JitteryArm(FakeArm):
 
     def ask(self, request):
         answer = super().ask(request)
-        if request["op"] == "block":
+        if isinstance(request, Block):
             jitter = 1 + 0.03 * math.sin(len(self.log) * 2.399)  # deterministic, irregular
-            answer["times"] = [t * jitter for t in answer["times"]]
+            answer = dataclasses.replace(answer, times=[t * jitter for t in answer.times])
         return answer
 
 
@@ -352,7 +366,7 @@ def test_a_faster_clock_in_b_does_not_hide_a_slowdown():
     assert paired("x", a, b, 0.02, [1800] * 8, [1840] * 8).verdict == "AMBIGUOUS"  # +2.2 % clock, +2.4 % cycles
 
 
-def _hello_of(folder: Path | None) -> dict:
+def _hello_of(folder: Path | None) -> HelloAnswer:
     """What an arm's hello says it loads, with ``folder`` first on sys.path (an arm's folder)."""
     saved = list(sys.path)
     try:
@@ -361,8 +375,8 @@ def _hello_of(folder: Path | None) -> dict:
         found = arm_module.libraries()
     finally:
         sys.path[:] = saved
-    return {"pytest_attn": "/co/pytest_attn", "versions": {k: v for k, (v, _) in found.items()},
-            "places": {k: p for k, (_, p) in found.items()}}
+    return HelloAnswer(pytest_attn="/co/pytest_attn", versions={k: v for k, (v, _) in found.items()},
+                       places={k: p for k, (_, p) in found.items()})
 
 
 def _fake_install(folder: Path, name: str, version: str) -> Path:
@@ -381,10 +395,10 @@ def test_the_arms_say_which_build_each_loads(tmp_path):
     torch_version = arm_module.libraries()["torch"][0]
     pr = _fake_install(tmp_path / "pr-build", "torch", torch_version)
     a, b = _hello_of(None), _hello_of(pr)
-    assert b["places"]["torch"] == str(pr) and a["places"]["torch"] != str(pr)
+    assert b.places["torch"] == str(pr) and a.places["torch"] != str(pr)
     specs = parse_ab(f"same,{pr}", tmp_path)
     (line,) = builds_lines(specs, (a, b))
-    assert line == f"A | B load different builds of: torch {torch_version} from {a['places']['torch']} | " \
+    assert line == f"A | B load different builds of: torch {torch_version} from {a.places['torch']} | " \
                    f"{torch_version} from {pr}"
     (tmp_path / "empty").mkdir()
     for arms in ("same,empty", f"same,{sys.executable}"):
@@ -392,7 +406,7 @@ def test_the_arms_say_which_build_each_loads(tmp_path):
         assert warning.startswith(f"warning: A (same) and B ({arms.split(',')[1]}) are two environments, but both"
                                   f" load the same builds: ") and f"torch {torch_version} from " in warning
     assert builds_lines(parse_ab("same,same+slowdown=2%", tmp_path), (a, a)) == []  # one environment: nothing
-    assert builds_lines(specs, (a, {})) == []  # B has not said hello
+    assert builds_lines(specs, (a, None)) == []  # B has not said hello
     said = []
     run = ab_plugin.AbRun(parse_ab("same,empty", tmp_path), 0.02, ("SLOWER",), said.append)
     run._arms = ([SimpleNamespace(about=a)], [SimpleNamespace(about=a)])

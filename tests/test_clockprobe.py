@@ -15,6 +15,7 @@ from test_ab import FakeArm
 from pytest_attn.engine.ab import clockprobe
 from pytest_attn.engine.ab import worker as arm_module
 from pytest_attn.engine.ab.clockprobe import mean_clock_mhz, open_probe
+from pytest_attn.engine.ab.messages import Block, BlockAnswer, Hello
 from pytest_attn.engine.ab.pairing import PairRule, run_pair
 from pytest_attn.engine.nvml import NoNvml
 from pytest_attn.plugin.ab import result_of
@@ -96,13 +97,13 @@ class FakeProbe:
 def test_an_arm_reads_the_clock_around_the_kept_samples_only():
     log = Log()
     arm = arm_module.Arm(lambda: (GPU, NoNvml("a test")), clock_probe=lambda sms: (FakeProbe(log), f"{sms} SMs"))
-    assert arm.hello({"settings": {}})["clock"] == "132 SMs"
+    assert arm.hello(Hello()).clock == "132 SMs"
     arm.ready = SimpleNamespace(built=SimpleNamespace(timer=FakeTimer(log)))
-    answer = arm.block({"samples": 2, "warm": True})
+    answer = arm.block(Block(2, warm=True))
     assert log.events == ["sample", "mark1", "sample", "sample", "mark2"]  # the warm sample is outside
-    assert answer["mean_mhz"] == 1712.0 and len(answer["times"]) == 2
+    assert answer.mean_mhz == 1712.0 and len(answer.times) == 2
     cpu = arm_module.Arm(lambda: (CPU, NoNvml("a test")), clock_probe=lambda sms: pytest.fail("no probe on a CPU"))
-    assert cpu.hello({"settings": {}})["clock"] == "no GPU"
+    assert cpu.hello(Hello()).clock == "no GPU"
 
 
 class ClockedArm(FakeArm):
@@ -115,12 +116,12 @@ class ClockedArm(FakeArm):
 
     def ask(self, request):
         answer = super().ask(request)
-        if request["op"] == "block":
+        if isinstance(request, Block):
             jitter = 1 + 0.005 * math.sin(len(self.log) * 2.399)  # block to block, deterministic
             mhz = 1800.0 * (1 + self.offset) * jitter
-            answer["times"] = [100e-6 * self.factor * 1800.0 / mhz for _ in answer["times"]]
-            answer["clocks"] = [round(mhz / 15) * 15] * len(answer["times"])  # NVML: 15 MHz steps
-            answer["mean_mhz"] = mhz if self.measured else None
+            n = len(answer.times)
+            answer = BlockAnswer([100e-6 * self.factor * 1800.0 / mhz] * n, [round(mhz / 15) * 15] * n,  # NVML: 15 MHz
+                                 answer.wall_s, mhz if self.measured else None)
         return answer
 
 

@@ -23,6 +23,7 @@ from ..core.case import AttnCase
 from ..core.codec import case_from_dict, case_to_dict
 from ..core.device import DeviceInfo
 from ..core.record import Record
+from ..engine.ab.messages import Hello
 from ..engine.ab.pairing import PairRule, PairRun, check_pair, run_pair
 from ..engine.ab.processes import ArmError, ArmProcess, probe_environment
 from ..engine.ab.spec import ArmSpec, builds_lines
@@ -74,9 +75,10 @@ class AbRun:
         order the first case asks them: A1 B1 B2 A2."""
         if self._arms is None:
             origins = {o for n in session.backends if (o := session.registry.origin(n))}
-            hello = {"settings": settings_to_json(session.settings), "backends_from": sorted(origins)}
+            settings = settings_to_json(session.settings)
             self._arms = tuple(  # type: ignore[assignment]
-                [ArmProcess(f"{arm}{k + 1}", spec, {**hello, "slowdown": spec.slowdown}) for k in range(REPLICAS)]
+                [ArmProcess(f"{arm}{k + 1}", spec, Hello(settings, sorted(origins), spec.slowdown))
+                 for k in range(REPLICAS)]
                 for arm, spec in zip("AB", self.specs, strict=True))
         assert self._arms is not None
         return self._arms
@@ -122,8 +124,8 @@ class AbRun:
             self.say(line)
 
     def _builds(self) -> list[str]:
-        abouts = tuple(replicas[0].about for replicas in self._arms) if self._arms is not None else ({}, {})
-        return builds_lines(self.specs, (abouts[0], abouts[1]))
+        a, b = self._arms if self._arms is not None else ([], [])
+        return builds_lines(self.specs, (a[0].about if a else None, b[0].about if b else None))
 
     def _cases(self, case: AttnCase) -> tuple[dict[str, Any], dict[str, Any]]:
         return self._case_for(case, self.specs[0]), self._case_for(case, self.specs[1])
@@ -145,10 +147,10 @@ class AbRun:
             return list(self.worker_lines)
         out = []
         for label, spec, replicas in zip("AB", self.specs, self._arms or (None, None), strict=True):
-            about = replicas[0].about if replicas is not None else {}
-            seen = (f" -- {about.get('python')}, pytest-attn from {about.get('pytest_attn')}, "
-                    + ", ".join(f"{k} {v}" for k, v in about.get("versions", {}).items())
-                    + (f"; SM clock: {about['clock']}" if about.get("clock") else "") if about else "")
+            about = replicas[0].about if replicas is not None else None
+            seen = (f" -- {about.python}, pytest-attn from {about.pytest_attn}, "
+                    + ", ".join(f"{k} {v}" for k, v in about.versions.items())
+                    + (f"; SM clock: {about.clock}" if about.clock else "") if about else "")
             out.append(f"{label}: {spec.text}: {spec.describe()}{seen}")
         return out + self._builds()
 
@@ -173,7 +175,7 @@ def result_of(name: str, case: AttnCase, run: PairRun, a: Record, b: Record, thr
     return AbResult(name, case.id, case.group, case.backend, verdict,
                     a.median_s, b.median_s, run.stop, run.timer,
                     run.block_samples[-1] if run.block_samples else 0, run.elapsed_s,
-                    (throttle[0], throttle[1]), (run.prepared[0].get("plan", ""), run.prepared[1].get("plan", "")),
+                    (throttle[0], throttle[1]), (run.prepared[0].plan, run.prepared[1].plan),
                     (tuple(run.a_s), tuple(run.b_s)), (tuple(a_mhz), tuple(b_mhz)), replicas)
 
 

@@ -30,16 +30,39 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
 from ...core.stats import clock_sensitivity, median, stratified_log_ratio, t_widening
 from ..settings import CaseFailed, CaseSkipped
+from .messages import (
+    Block,
+    BlockAnswer,
+    Finish,
+    Finished,
+    Handed,
+    HandOver,
+    Prepare,
+    PrepareAnswer,
+    Release,
+    Released,
+)
 
 
 class Asks(Protocol):
+    """An arm's replica: :class:`~.processes.ArmProcess`, or a test's fake on a fake clock."""
+
     label: str
 
-    def ask(self, request: dict[str, Any]) -> dict[str, Any]: ...
+    @overload
+    def ask(self, request: Prepare) -> PrepareAnswer: ...
+    @overload
+    def ask(self, request: Block) -> BlockAnswer: ...
+    @overload
+    def ask(self, request: HandOver) -> Handed: ...
+    @overload
+    def ask(self, request: Finish) -> Finished: ...
+    @overload
+    def ask(self, request: Release) -> Released: ...
 
 
 @dataclass(frozen=True)
@@ -112,13 +135,13 @@ class PairRun:
     replicas: list[int] = field(default_factory=list)  # which replica of each arm took each pair
     stop: str = ""
     elapsed_s: float = 0.0
-    prepared: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
+    prepared: tuple[PrepareAnswer, PrepareAnswer] = (PrepareAnswer(), PrepareAnswer())
     records: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
 
     @property
     def timer(self) -> str:
         """The timer both arms used (A's choice)."""
-        return str(self.prepared[0].get("timer", ""))
+        return self.prepared[0].timer
 
     @property
     def clocks_measured(self) -> bool:
@@ -149,35 +172,32 @@ Replicas = Sequence[Asks]  # one arm's worker processes (one or two)
 
 
 def prepare_all(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replicas,
-                b: Replicas) -> tuple[dict[str, Any], dict[str, Any]]:
+                b: Replicas) -> tuple[PrepareAnswer, PrepareAnswer]:
     """Every replica sets the case up, in the order A1 B1 B2 A2 (each replica after the first of its arm
     skips the check its first passed); all time it with the timer, calls per sample and input sets A1 chose.
     Returns A1's and B1's answers. CaseSkipped or CaseFailed (naming the arm) where one cannot; then none
     holds the case."""
     holding: list[Asks] = []
-    first = _prepared(a[0], {"op": "prepare", "case": cases[0], "label": label, "pin": None}, holding)
-    pin = {"timer": first["timer"], "calls_per_sample": first["calls_per_sample"],
-           "input_sets": first.get("input_sets", 1)}
+    first = _prepared(a[0], Prepare(cases[0], label), holding)
     answers = {id(a[0]): first}
     for k in range(len(a)):
         for arm, case in ((b[k], cases[1]), (a[k], cases[0])) if k % 2 else ((a[k], cases[0]), (b[k], cases[1])):
             if arm is a[0]:
                 continue
-            request = {"op": "prepare", "case": case, "label": label, "pin": pin, "check": arm is b[0]}
-            answers[id(arm)] = _prepared(arm, request, holding)
+            answers[id(arm)] = _prepared(arm, Prepare(case, label, first.pin(), check=arm is b[0]), holding)
     return first, answers[id(b[0])]
 
 
-def _prepared(arm: Asks, request: dict[str, Any], holding: list[Asks]) -> dict[str, Any]:
+def _prepared(arm: Asks, request: Prepare, holding: list[Asks]) -> PrepareAnswer:
     answer = arm.ask(request)
-    if "ok" in answer:
+    if answer.ok:
         holding.append(arm)
         return answer
     for other in holding:
-        other.ask({"op": "release"})
-    if "skip" in answer:
-        raise CaseSkipped(f"arm {arm.label}: {answer['skip']}")
-    raise CaseFailed(f"arm {arm.label}: {answer.get('fail', answer)}")
+        other.ask(Release())
+    if answer.skip:
+        raise CaseSkipped(f"arm {arm.label}: {answer.skip}")
+    raise CaseFailed(f"arm {arm.label}: {answer.fail or answer}")
 
 
 def run_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replicas, b: Replicas, rule: PairRule,
@@ -187,21 +207,21 @@ def run_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replic
     if len(a) != len(b) or not a:
         raise ValueError(f"{len(a)} replicas of A against {len(b)} of B; give each arm as many")
     run = PairRun(prepared=prepare_all(cases, label, a, b))
-    per_sample = max(p["estimate_s"] * p["calls_per_sample"] for p in run.prepared)
+    per_sample = max(p.estimate_s * p.calls_per_sample for p in run.prepared)
     samples, t0 = rule.samples(per_sample), clock()
     while True:
         n = len(run.a_s)
         k = (n // 2) % len(a)
         order = (a[k], b[k]) if n % 2 == 0 else (b[k], a[k])
         warm = per_sample < rule.warm_below_s
-        blocks = {id(arm): arm.ask({"op": "block", "samples": samples, "warm": warm}) for arm in order}
+        blocks = {id(arm): arm.ask(Block(samples, warm)) for arm in order}
         for arm, times, mhz, mean in ((a[k], run.a_s, run.a_mhz, run.a_mean_mhz),
                                       (b[k], run.b_s, run.b_mhz, run.b_mean_mhz)):
             block = blocks[id(arm)]
-            times.append(median(block["times"]))
-            clocks = [c for c in block["clocks"] if c]
+            times.append(median(block.times))
+            clocks = [c for c in block.clocks if c]
             mhz.append(median(clocks) if clocks else None)
-            mean.append(block.get("mean_mhz"))
+            mean.append(block.mean_mhz)
         run.block_samples.append(samples)
         run.replicas.append(k)
         run.elapsed_s = clock() - t0
@@ -209,7 +229,7 @@ def run_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replic
         if stop:
             run.stop = stop
             break
-        per_sample = max(blocks[id(x)]["wall_s"] / samples for x in order)
+        per_sample = max(blocks[id(x)].wall_s / samples for x in order)
         samples = rule.samples(per_sample)
     run.records = (_finish(a, run.stop, diagnose=False), _finish(b, run.stop, diagnose=True))
     return run
@@ -218,12 +238,12 @@ def run_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replic
 def _finish(replicas: Replicas, stop: str, diagnose: bool) -> dict[str, Any]:
     """The arm's record: its first replica's, over the samples of every replica (the others hand theirs over
     and release the case). Kernel names and peak memory are B's figures; A's would cost two more profiled calls."""
-    more = [arm.ask({"op": "hand_over"})["sampling"] for arm in replicas[1:]]
-    return dict(replicas[0].ask({"op": "finish", "stop": stop, "diagnose": diagnose, "more": more})["record"])
+    more = [arm.ask(HandOver()) for arm in replicas[1:]]
+    return dict(replicas[0].ask(Finish(stop, diagnose, more)).record)
 
 
 def check_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replicas, b: Replicas) -> None:
     """``--benchmark-disable``: the first replica of each arm sets the case up and checks it; nothing is timed."""
     prepare_all(cases, label, a[:1], b[:1])
-    a[0].ask({"op": "release"})
-    b[0].ask({"op": "release"})
+    a[0].ask(Release())
+    b[0].ask(Release())

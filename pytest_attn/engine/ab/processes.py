@@ -1,5 +1,5 @@
 """The controller's side of an A/B arm: the worker process (:mod:`.worker`) started in the arm's environment,
-asked one JSON line at a time, stopped at the end.
+asked one typed request at a time (:mod:`.messages`, a JSON line each), stopped at the end.
 
 The worker imports pytest-attn as its environment has it (an arm whose folder is a pytest-attn checkout
 runs that checkout's back-end adapters); where the environment has none, this pytest-attn's folder is
@@ -9,19 +9,37 @@ stderr (library messages, compiler output) goes to a log file, whose last lines 
 
 from __future__ import annotations
 
-import json
 import os
 import selectors
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import pytest_attn
 
+from .messages import (
+    BYE,
+    PROTOCOL,
+    Block,
+    BlockAnswer,
+    Finish,
+    Finished,
+    Handed,
+    HandOver,
+    Hello,
+    HelloAnswer,
+    Prepare,
+    PrepareAnswer,
+    Release,
+    Released,
+    Request,
+    WorkerError,
+    answer_of,
+    to_line,
+)
 from .spec import ArmSpec
-from .worker import PROTOCOL
 
 #: ``python -c BOOT PYTEST_ATTN_PARENT``: no current folder first on sys.path (``-c`` would put it there,
 #: ahead of the arm's PYTHONPATH), this pytest-attn as the last resort.
@@ -72,11 +90,11 @@ def arm_environment(spec: ArmSpec, base: dict[str, str]) -> dict[str, str]:
 class ArmProcess:
     """One arm's worker, started on first use and again after it died."""
 
-    def __init__(self, label: str, spec: ArmSpec, hello: dict[str, Any]) -> None:
+    def __init__(self, label: str, spec: ArmSpec, hello: Hello) -> None:
         self.label = label
         self.spec = spec
         self._hello = hello
-        self.about: dict[str, Any] = {}  # the worker's answer to hello: interpreter, versions, device
+        self.about: HelloAnswer | None = None  # the worker's answer to hello: interpreter, versions, device
         self.log = Path(tempfile.gettempdir()) / f"pytest-attn-arm-{label}-{os.getpid()}.log"
         self._proc: subprocess.Popen[str] | None = None
 
@@ -92,29 +110,40 @@ class ArmProcess:
         finally:
             log.close()
         try:
-            self.about = self._exchange({"op": "hello", **self._hello})
+            about = self._exchange(self._hello)
         except ArmError:
             self.close()  # a worker that could not say hello is no worker: the next case starts another
             raise
-        if self.about.get("protocol") != PROTOCOL:
-            found = self.about.get("pytest_attn", "?")
+        if about.protocol != PROTOCOL:
             self.close()
-            raise ArmError(f"arm {self.label} ({self.spec.text}) runs the pytest-attn in {found}, which speaks A/B"
-                           f" protocol {self.about.get('protocol')} where this one speaks {PROTOCOL}: install the same"
-                           " pytest-attn in both arms' environments, or leave it out of the arm's")
+            raise ArmError(f"arm {self.label} ({self.spec.text}) runs the pytest-attn in {about.pytest_attn or '?'},"
+                           f" which speaks A/B protocol {about.protocol} where this one speaks {PROTOCOL}: install"
+                           " the same pytest-attn in both arms' environments, or leave it out of the arm's")
+        self.about = about
 
-    def ask(self, request: dict[str, Any]) -> dict[str, Any]:
+    @overload
+    def ask(self, request: Prepare) -> PrepareAnswer: ...
+    @overload
+    def ask(self, request: Block) -> BlockAnswer: ...
+    @overload
+    def ask(self, request: HandOver) -> Handed: ...
+    @overload
+    def ask(self, request: Finish) -> Finished: ...
+    @overload
+    def ask(self, request: Release) -> Released: ...
+
+    def ask(self, request: Request) -> Any:
         """The worker's answer to ``request`` (started first where it is not running)."""
         if self._proc is None or self._proc.poll() is not None:
             self._start()
         return self._exchange(request)
 
-    def _exchange(self, request: dict[str, Any]) -> dict[str, Any]:
+    def _exchange(self, request: Request) -> Any:
         proc = self._proc
         assert proc is not None and proc.stdin is not None and proc.stdout is not None
-        op = request["op"]
+        op = request.op
         try:
-            proc.stdin.write(json.dumps(request) + "\n")
+            proc.stdin.write(to_line(request) + "\n")
             proc.stdin.flush()
         except (BrokenPipeError, OSError):
             raise self._died(op) from None
@@ -127,10 +156,10 @@ class ArmProcess:
         line = proc.stdout.readline()
         if not line:
             raise self._died(op)
-        answer: dict[str, Any] = json.loads(line)
-        if "error" in answer:
-            raise ArmError(f"arm {self.label} ({self.spec.text}): {op} failed: {answer['error']}{self._tail()}")
-        return answer
+        try:
+            return answer_of(request, line)
+        except WorkerError as exc:
+            raise ArmError(f"arm {self.label} ({self.spec.text}): {op} failed: {exc}{self._tail()}") from None
 
     def _died(self, op: str) -> ArmError:
         proc = self._proc
@@ -153,7 +182,7 @@ class ArmProcess:
             return
         try:
             if proc.poll() is None and proc.stdin is not None:
-                proc.stdin.write('{"op": "bye"}\n')
+                proc.stdin.write(BYE + "\n")
                 proc.stdin.close()
             proc.wait(timeout=10)
         except (OSError, subprocess.TimeoutExpired):

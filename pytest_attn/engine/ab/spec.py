@@ -20,9 +20,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ...core.percent import parse_percent
+from .messages import HelloAnswer
 
 EXAMPLES = "same,same+slowdown=2%  |  /tmp/main-site,.  |  ../main/.venv/bin/python,.venv/bin/python"
 
@@ -79,13 +79,13 @@ def parse_ab(text: str, cwd: Path) -> tuple[ArmSpec, ArmSpec]:
     return parse_arm(parts[0], cwd), parse_arm(parts[1], cwd)
 
 
-def builds_lines(specs: tuple[ArmSpec, ArmSpec], abouts: tuple[dict[str, Any], dict[str, Any]]) -> list[str]:
+def builds_lines(specs: tuple[ArmSpec, ArmSpec], abouts: tuple[HelloAnswer | None, HelloAnswer | None]) -> list[str]:
     """What the arms' hellos say they load, against each other: the libraries (and pytest-attn) whose
     version or folder differ; where the arms name two environments but load one build of everything
     listed, a warning -- the A/B would compare a build with itself. Empty before both arms said hello."""
-    if not all(about.get("pytest_attn") for about in abouts):
+    if not (abouts[0] and abouts[0].pytest_attn and abouts[1] and abouts[1].pytest_attn):
         return []
-    seen = [_builds(about) for about in abouts]
+    seen = [_builds(abouts[0]), _builds(abouts[1])]
     differ = [f"{name} {seen[0].get(name, 'absent')} | {seen[1].get(name, 'absent')}"
               for name in sorted(seen[0].keys() | seen[1].keys()) if seen[0].get(name) != seen[1].get(name)]
     if differ:
@@ -101,7 +101,6 @@ def builds_lines(specs: tuple[ArmSpec, ArmSpec], abouts: tuple[dict[str, Any], d
             " compare a build with itself unless the arms differ in code not listed here."]
 
 
-def _builds(about: dict[str, Any]) -> dict[str, str]:
-    places = about.get("places", {})
-    found = {name: f"{version} from {places.get(name, '?')}" for name, version in about.get("versions", {}).items()}
-    return {**found, "pytest-attn": f"from {about['pytest_attn']}"}
+def _builds(about: HelloAnswer) -> dict[str, str]:
+    found = {name: f"{version} from {about.places.get(name, '?')}" for name, version in about.versions.items()}
+    return {**found, "pytest-attn": f"from {about.pytest_attn}"}

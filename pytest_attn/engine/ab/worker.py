@@ -1,23 +1,11 @@
 """One arm of a paired A/B run: a long-lived worker process that measures cases in blocks, when told.
 
-The controller (:mod:`.processes`) starts two of these, one per environment, and speaks JSON lines on their
-stdin/stdout (anything else the libraries print goes to stderr, a log file). Requests, each answered
-with one line:
-
-* ``hello``: the run's settings, the slowdown and the files that register back ends; answers with this
-  arm's interpreter, pytest-attn, torch and kernel-library versions (and the folder each was found in)
-  and its device;
-* ``prepare``: a case (its JSON form, :mod:`pytest_attn.core.codec`): can it run here, inputs, the check
-  against the reference (unless ``check`` is false: a second replica of an arm), warm-up, the timer (``pin``:
-  the timer, calls per sample and input sets the first replica of A chose, so every replica times alike);
-  answers ``ok`` with the timer, or ``skip``/``fail`` with the reason;
-* ``block``: one sample thrown away (the first after the other arm ran; unless ``warm`` is false), then N
-  samples with the SM clock and throttle reasons of each, and the block's mean SM clock read on the GPU
-  (:mod:`.clockprobe`; null where the probe cannot run);
-* ``hand_over``: a second replica's samples (and their clocks and throttle reasons), the case released;
-* ``finish``: the arm's result record from all its blocks' samples and those handed over (``more``), and the
-  case's memory released;
-* ``release``: the case dropped unmeasured.
+The controller (:mod:`.processes`) starts two per arm, each in its arm's environment, and speaks JSON lines on
+their stdin/stdout (anything else the libraries print goes to stderr, a log file): the typed requests and
+answers of :mod:`.messages`, one answer line per request. ``prepare`` runs the case's setup, the check against
+the reference (not in a second replica), the warm-up and the timer; ``block`` samples; ``hand_over`` and
+``finish`` build the arm's record over both replicas' samples; ``release`` drops the case. A block's mean SM
+clock is read on the GPU (:mod:`.clockprobe`).
 
 It ignores SIGINT, SIGTERM and SIGHUP (Ctrl-C, GNU ``timeout`` and a closed terminal signal the whole
 process group: the controller finishes the run as after Ctrl-C and stops its arms) and ends at ``bye`` or
@@ -54,8 +42,25 @@ from ..settings import CaseFailed, CaseSkipped, RunSettings, required_bytes
 from ..slowed import SlowedBackend
 from ..stopping import WarmupRule
 from .clockprobe import SmClockProbe, open_probe
+from .messages import (
+    PROTOCOL,
+    Block,
+    BlockAnswer,
+    Finish,
+    Finished,
+    Handed,
+    HandOver,
+    Hello,
+    HelloAnswer,
+    Prepare,
+    PrepareAnswer,
+    Release,
+    Released,
+    Request,
+    request_of,
+    to_line,
+)
 
-PROTOCOL = 2
 #: An arm times every CUDA call by its kernels' time (kernel-sum; a plain run does so under 5 ms): the host's
 #: share of a call can differ between two processes, which pairing cannot see. On an H200 (2026-11-24) events
 #: read a 6.4 ms FA2 fwd+bwd step 2.6-3 % longer than its kernels (the host's Python between launches), with 4x
@@ -121,87 +126,83 @@ class Arm:
         self.ready: Prepared | None = None
         self.sampling = Sampling([], "", 0.0)  # the prepared case's samples, block after block
 
-    def hello(self, request: dict[str, Any]) -> dict[str, Any]:
-        registry = assemble_registry(files=request.get("backends_from", []))
-        slowdown = request.get("slowdown")
+    def hello(self, request: Hello) -> HelloAnswer:
+        registry = assemble_registry(files=request.backends_from)
+        slowdown = request.slowdown
         self.registry = registry.wrapped(lambda b: SlowedBackend(b, slowdown)) if slowdown else registry
-        self.settings = dataclasses.replace(settings_from_json(request.get("settings", {})),
+        self.settings = dataclasses.replace(settings_from_json(request.settings),
                                             events_from_s=EVENTS_FROM_S, min_input_sets=MIN_INPUT_SETS)
         self.device, self.nvml = self._probe()
         self.clock, clock = self._open_clock(self.device.sm_count or 0) if self.device.is_cuda else (None, "no GPU")
         found = libraries()
-        return {"protocol": PROTOCOL, "clock": clock, "python": sys.executable,
-                "pytest_attn": os.path.dirname(pytest_attn.__file__),
-                "versions": {k: version for k, (version, _) in found.items()},
-                "places": {k: place for k, (_, place) in found.items()},
-                "device": self.device.describe(), "uuid": self.device.uuid, "pid": os.getpid()}
+        return HelloAnswer(PROTOCOL, clock, sys.executable, os.path.dirname(pytest_attn.__file__),
+                           {k: version for k, (version, _) in found.items()},
+                           {k: place for k, (_, place) in found.items()},
+                           self.device.describe(), self.device.uuid, os.getpid())
 
-    def prepare(self, request: dict[str, Any]) -> dict[str, Any]:
+    def prepare(self, request: Prepare) -> PrepareAnswer:
         assert self.registry is not None and self.device is not None, "hello first"
-        self.release({})
-        case = case_from_dict(request["case"])
+        self.release(Release())
+        case = case_from_dict(request.case)
         backend = self.registry.get(case.backend)
-        pin = TimerPin(**request["pin"]) if request.get("pin") else None
-        settings = dataclasses.replace(self.settings, pin=pin)
-        if not request.get("check", True):  # a second replica: the first of its arm passed the check
+        settings = dataclasses.replace(self.settings, pin=TimerPin(**request.pin) if request.pin else None)
+        if not request.check:  # a second replica: the first of its arm passed the check
             settings = dataclasses.replace(settings, verify=False, warmup=SECOND_REPLICA_WARMUP)
         try:
             free = make_room(case, backend, self.device, settings)
-            self.ready = prepare(case, backend, self.device, settings, free, request.get("label") or case.id)
+            self.ready = prepare(case, backend, self.device, settings, free, request.label or case.id)
         except (CaseSkipped, Unsupported) as exc:
-            return {"skip": str(exc)}
+            return PrepareAnswer(skip=str(exc))
         except CaseFailed as exc:
             return self._failed(str(exc))
         except Exception as exc:
             return self._failed(describe_failure(case, exc))
         built, check = self.ready.built, self.ready.check
-        return {"ok": True, "timer": built.kind, "input_sets": built.input_sets,
-                "calls_per_sample": built.timer.calls_per_sample,
-                "estimate_s": self.ready.warmup.estimate_s, "plan": getattr(backend, "last_plan", ""),
-                "check": f"{check.rows} rows, max error {check.max_error:.3g} of {check.allowed:.3g} allowed"
-                if check is not None else "not checked (--attn-no-verify)"}
+        return PrepareAnswer(ok=True, timer=built.kind, input_sets=built.input_sets,
+                             calls_per_sample=built.timer.calls_per_sample, estimate_s=self.ready.warmup.estimate_s,
+                             plan=getattr(backend, "last_plan", ""),
+                             check=f"{check.rows} rows, max error {check.max_error:.3g} of {check.allowed:.3g}"
+                             " allowed" if check is not None else "not checked (--attn-no-verify)")
 
-    def _failed(self, message: str) -> dict[str, Any]:
+    def _failed(self, message: str) -> PrepareAnswer:
         """A failed case's frames (its tensors, an out-of-memory maybe) are freed before the answer."""
-        self.release({})
+        self.release(Release())
         gc.collect()
-        return {"fail": message}
+        return PrepareAnswer(fail=message)
 
-    def block(self, request: dict[str, Any]) -> dict[str, Any]:
+    def block(self, request: Block) -> BlockAnswer:
         assert self.ready is not None and self.nvml is not None, "prepare first"
         timer, nvml, kept = self.ready.built.timer, self.nvml, self.sampling
-        if request.get("warm", True):
+        if request.warm:
             timer.sample()  # the first sample after the other arm ran: caches and clocks are the other's
         start = self.clock.mark() if self.clock is not None else None
         first, t0 = len(kept.samples_s), time.perf_counter()
-        for _ in range(int(request["samples"])):
+        for _ in range(int(request.samples)):
             take_sample(timer, kept, nvml.sm_clock_mhz, nvml.clocks_event_reasons)
         wall = time.perf_counter() - t0
         kept.elapsed_s += wall
         mean = self.clock.mean_mhz(start, self.clock.mark()) if self.clock is not None else None
-        return {"times": kept.samples_s[first:], "clocks": kept.sample_clocks[first:], "wall_s": wall,
-                "mean_mhz": mean}
+        return BlockAnswer(kept.samples_s[first:], kept.sample_clocks[first:], wall, mean)
 
-    def hand_over(self, request: dict[str, Any]) -> dict[str, Any]:
+    def hand_over(self, request: HandOver) -> Handed:
         """A second replica's samples, for its arm's record (:meth:`finish` of the first); the case released."""
         kept = self.sampling
-        self.release({})
-        return {"sampling": {"samples_s": kept.samples_s, "clocks": kept.sample_clocks,
-                             "reasons": kept.sample_reasons, "elapsed_s": kept.elapsed_s}}
+        self.release(Release())
+        return Handed(kept.samples_s, kept.sample_clocks, kept.sample_reasons, kept.elapsed_s)
 
-    def finish(self, request: dict[str, Any]) -> dict[str, Any]:
+    def finish(self, request: Finish) -> Finished:
         assert self.ready is not None, "prepare first"
-        self.sampling.stop_reason = request.get("stop", "pairs")
-        for other in request.get("more", []):  # the arm's other replica's samples
-            self.sampling.samples_s += other["samples_s"]
-            self.sampling.sample_clocks += other["clocks"]
-            self.sampling.sample_reasons += other["reasons"]
-            self.sampling.elapsed_s += other["elapsed_s"]
-        record = record_of(self.ready, self.sampling, diagnose=request.get("diagnose", True))
-        self.release({})
-        return {"record": record.to_json()}
+        self.sampling.stop_reason = request.stop
+        for other in request.more:  # the arm's other replica's samples
+            self.sampling.samples_s += other.samples_s
+            self.sampling.sample_clocks += other.clocks
+            self.sampling.sample_reasons += other.reasons
+            self.sampling.elapsed_s += other.elapsed_s
+        record = record_of(self.ready, self.sampling, diagnose=request.diagnose)
+        self.release(Release())
+        return Finished(record.to_json())
 
-    def release(self, request: dict[str, Any]) -> dict[str, Any]:
+    def release(self, request: Release) -> Released:
         ready, self.ready, self.sampling = self.ready, None, Sampling([], "", 0.0)
         if ready is not None and required_bytes(ready.case, ready.backend, ready.device) > COLLECT_ABOVE_BYTES:
             del ready
@@ -210,25 +211,28 @@ class Arm:
             import torch
 
             torch.cuda.empty_cache()  # what this process freed, the other arm's may use
-        return {"ok": True}
+        return Released()
 
 
 def serve(lines: Iterable[str], out: IO[str], arm: Arm) -> None:
     """Answer each request line with one line, until ``bye`` or the end of the input."""
-    handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
-        "hello": arm.hello, "prepare": arm.prepare, "block": arm.block, "hand_over": arm.hand_over,
-        "finish": arm.finish, "release": arm.release}
     for line in lines:
-        request = json.loads(line)
-        op = request.get("op")
-        if op == "bye":
-            return
+        request: Request | None = None
         try:
-            answer = handlers[op](request)
+            request = request_of(line)
+            if request is None:
+                return
+            text = to_line(answer(arm, request))
         except Exception as exc:  # the arm stays up; the controller fails the case with this
-            answer = {"error": f"{type(exc).__name__}: {exc}", "op": op}
-        out.write(json.dumps(answer) + "\n")
+            text = json.dumps({"error": f"{type(exc).__name__}: {exc}", "op": getattr(request, "op", None)})
+        out.write(text + "\n")
         out.flush()
+
+
+def answer(arm: Arm, request: Request) -> Any:
+    """The arm's answer to one request (its method of the request's name)."""
+    handler: Callable[[Any], Any] = getattr(arm, request.op)
+    return handler(request)
 
 
 def main() -> int:

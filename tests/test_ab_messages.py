@@ -1,0 +1,73 @@
+"""The A/B's messages (pytest_attn.engine.ab.messages): every request and answer survives its JSON line, a
+request's answer comes back as its own type, and what a worker cannot answer is an error, not a dict."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from pytest_attn.engine.ab import worker
+from pytest_attn.engine.ab.messages import (
+    ANSWERS,
+    Block,
+    BlockAnswer,
+    Finish,
+    Handed,
+    HandOver,
+    Hello,
+    HelloAnswer,
+    Prepare,
+    PrepareAnswer,
+    Release,
+    WorkerError,
+    answer_of,
+    request_of,
+    to_line,
+)
+
+REQUESTS = [Hello({"timer": "auto"}, ["/p/conftest.py"], 0.02), Prepare({"backend": "x"}, "t", {"timer": "cpu"}, False),
+            Block(7, warm=False), HandOver(), Finish("precision", False, [Handed([1.0], [None], [None], 1.0)]),
+            Release()]
+
+
+@pytest.mark.parametrize("request_", REQUESTS, ids=lambda r: r.op)
+def test_every_request_survives_its_line(request_):
+    line = to_line(request_)
+    assert json.loads(line)["op"] == request_.op
+    assert request_of(line) == request_
+
+
+def test_an_answer_comes_back_as_its_request_s_type():
+    sent = BlockAnswer([1e-4, 2e-4], [1980, None], 0.01, 1712.5)
+    got = answer_of(Block(2), to_line(sent))
+    assert got == sent and isinstance(got, BlockAnswer)
+    assert answer_of(Prepare(), '{"ok": true, "timer": "kernel-sum", "a_newer_field": 1}') == \
+        PrepareAnswer(ok=True, timer="kernel-sum")  # a newer peer's extra field is left out
+    assert set(ANSWERS) == {type(r) for r in REQUESTS}
+    with pytest.raises(WorkerError, match="ValueError: no case"):
+        answer_of(Block(1), '{"error": "ValueError: no case", "op": "block"}')
+    assert request_of('{"op": "bye"}') is None
+    with pytest.raises(ValueError, match="no request 'dance'"):
+        request_of('{"op": "dance"}')
+
+
+def test_the_worker_answers_each_line_and_an_error_keeps_it_up():
+    """A request the worker cannot answer (here: a block before any prepare) comes back as an error line naming
+    the request; the next is answered; ``bye`` ends it."""
+    from factories import CPU
+
+    from pytest_attn.engine.nvml import NoNvml
+
+    arm = worker.Arm(lambda: (CPU, NoNvml("a test")))
+    out = io.StringIO()
+    lines = [to_line(Hello()), to_line(Block(1)), to_line(Release()), '{"op": "bye"}', to_line(Release())]
+    worker.serve(lines, out, arm)
+    answers = out.getvalue().splitlines()
+    assert len(answers) == 3  # nothing after bye
+    hello = answer_of(Hello(), answers[0])
+    assert isinstance(hello, HelloAnswer) and hello.clock == "no GPU" and hello.protocol == 3
+    error = json.loads(answers[1])
+    assert error["op"] == "block" and error["error"].startswith("AssertionError: prepare first")
+    assert json.loads(answers[2]) == {"ok": True}
