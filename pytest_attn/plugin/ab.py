@@ -65,7 +65,6 @@ class AbRun:
         self.threshold = threshold
         self.fail_on = fail_on
         self.results: list[AbResult] = []
-        self.last: AbResult | None = None
         self.worker_lines: list[str] = []  # a controller's: the arm lines its workers saw
         self._arms: tuple[list[ArmProcess], list[ArmProcess]] | None = None
         self._said = False
@@ -90,8 +89,8 @@ class AbRun:
         limit = session.settings.stop.max_time_s  # --attn-max-time: per arm, so twice that for both arms
         return PairRule(threshold=self.threshold, max_time_s=2 * limit, noisy_time_s=NOISY_TIMES * 2 * limit)
 
-    def measure(self, session: AttnSession, case: AttnCase, label: str) -> Record:
-        """Arm B's record of the case (the outcome in :attr:`last`). Raises CaseSkipped or CaseFailed."""
+    def measure(self, session: AttnSession, case: AttnCase, label: str) -> tuple[Record, AbResult]:
+        """Arm B's record of the case and the case's A/B outcome. Raises CaseSkipped or CaseFailed."""
         a, b = self.arms(session)
         try:
             run = run_pair(self._cases(case), label, a, b, self.rule(session))
@@ -101,8 +100,7 @@ class AbRun:
             self._say_builds()
         record_a, record_b = (Record.from_json(r) for r in run.records)
         record_b = dataclasses.replace(record_b, device=_pinned(record_b.device, session.device))
-        self.last = result_of(label, case, run, record_a, record_b, self.threshold)
-        return record_b
+        return record_b, result_of(label, case, run, record_a, record_b, self.threshold)
 
     def check(self, session: AttnSession, case: AttnCase, label: str) -> None:
         """``--benchmark-disable``: both arms set the case up and check it; nothing is timed."""
@@ -186,11 +184,9 @@ def ab_run(config: pytest.Config) -> AbRun | None:
     return config.stash.get(AB_RUN, None)
 
 
-def hand_over(run: AbRun, request: pytest.FixtureRequest, extra_info: dict[str, Any], worker: bool) -> None:
+def hand_over(run: AbRun, result: AbResult, request: pytest.FixtureRequest, extra_info: dict[str, Any],
+              worker: bool) -> None:
     """The case's outcome: into the benchmark's extra_info, and to the controller from an xdist worker."""
-    result, run.last = run.last, None
-    if result is None:
-        return
     run.results.append(result)
     extra_info["attn_ab"] = result.to_json()
     if worker:

@@ -268,8 +268,9 @@ def attn_bench(request: pytest.FixtureRequest, benchmark: Any, attn_device: Devi
                 else:
                     benchmark.pedantic(check_case, (case, backend, attn_device, session.settings), rounds=1)
                 return None
-            record = ab.measure(session, case, label) if ab is not None else \
-                run_case(case, backend, attn_device, _settings_for(config, label), label=label, nvml=session.nvml)
+            settings = _settings_for(config, label)
+            record, outcome = ab.measure(session, case, label) if ab is not None else \
+                (run_case(case, backend, attn_device, settings, label=label, nvml=session.nvml), None)
         except CaseSkipped as exc:
             skip(str(exc))
         except CaseFailed as exc:
@@ -278,8 +279,8 @@ def attn_bench(request: pytest.FixtureRequest, benchmark: Any, attn_device: Devi
             pytest.fail(failed, pytrace=False)
         record = session_figures(session, record)
         _hand_over(request, benchmark, session, record, worker)
-        if ab is not None:
-            hand_over(ab, request, benchmark.extra_info, worker)
+        if ab is not None and outcome is not None:
+            hand_over(ab, outcome, request, benchmark.extra_info, worker)
         _check_kernel_marker(request, record, attn_device)
         return record
 
