@@ -209,7 +209,7 @@ def test_a_worker_hands_its_records_to_the_controller():
     collector.pytest_runtest_logreport(report)  # reported twice (a rerun plugin): kept once
     skipped = types.SimpleNamespace(when="setup", skipped=True, user_properties=[(SKIP, "no CUDA device")])
     collector.pytest_runtest_logreport(skipped)
-    assert session.records == [r] and session.skips == ["no CUDA device"]
+    assert session.results.records == [r] and session.results.skips == ["no CUDA device"]
 
 
 def _shard_file(path, records, shard=None):

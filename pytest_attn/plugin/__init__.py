@@ -10,7 +10,8 @@ hook for bringing your own back end. The layers below (core, oracle, backends, e
 nothing of pytest; a new option or hook goes here. Loading the plugin imports no torch, no Hypothesis and
 touches no GPU.
 
-Modules: :mod:`.command_line`, :mod:`.options`, :mod:`.session`, :mod:`.detect` (is this an attention run),
+Modules: :mod:`.command_line`, :mod:`.options`, :mod:`.session`, :mod:`.results` (what the session measured, skipped
+and has to say), :mod:`.detect` (is this an attention run),
 :mod:`.bench`, :mod:`.benchjson` (records as pytest-benchmark's JSON), :mod:`.figures` (figures that need the
 session), :mod:`.progress`, :mod:`.summary`, :mod:`.fuzz`, :mod:`.gate`, :mod:`.ab` (the paired A/B),
 :mod:`.history`, :mod:`.signals`, :mod:`.workers` (pytest-xdist workers and shards), :mod:`.handover` (both ends

@@ -249,7 +249,7 @@ def attn_bench(request: pytest.FixtureRequest, benchmark: Any, attn_device: Devi
     ab = ab_run(config)
 
     def skip(reason: str) -> NoReturn:
-        session.skipped(reason)
+        session.results.skipped(reason)
         if worker:
             send(request, SKIP, reason.splitlines()[0])
         pytest.skip(reason)
@@ -300,11 +300,11 @@ def _hand_over(request: pytest.FixtureRequest, benchmark: Any, session: AttnSess
     pytest-xdist worker, where pytest-benchmark is off)."""
     if worker:
         benchmark.pedantic(lambda: None, rounds=1)  # the fixture counts as used: no warning
-        session.take(record)
+        session.results.take(record)
         send(request, RECORD, record.to_json())
         return
     feed_benchmark(benchmark, record.timing.samples_s)
-    session.add(record, benchmark.extra_info)
+    session.results.add(record, benchmark.extra_info)
     recorded = benchmark.stats.stats.median
     if abs(recorded - record.median_s) > 1e-6 * record.median_s:
         pytest.fail(
@@ -353,14 +353,15 @@ def settle_records(session: pytest.Session) -> None:
     if attn is not None and not is_worker(session.config):
         nothing_measured(session, attn)
     if attn is not None:
-        peers = peers_of(attn.records, attn.options.speedup_vs)
-        for record in list(attn.records):
-            attn.update(dataclasses.replace(record, peers=peers.get(record.name)))
+        results = attn.results
+        peers = peers_of(results.records, attn.options.speedup_vs)
+        for record in list(results.records):
+            results.update(dataclasses.replace(record, peers=peers.get(record.name)))
         bs = getattr(session.config, "_benchmarksession", None)
-        if attn.records and bs is not None and not attn.extra_infos and not is_worker(session.config):
+        if results.records and bs is not None and not results.written_to_benchmark and not is_worker(session.config):
             # the controller of pytest-xdist workers: their records become pytest-benchmark's results, so
             # its JSON, autosave, --benchmark-compare and --benchmark-compare-fail work as in one process
-            bs.benchmarks.extend(benchmark_metadata(r) for r in attn.records)
+            bs.benchmarks.extend(benchmark_metadata(r) for r in results.records)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -371,7 +372,7 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
     if session is None or not session.active:
         return
     if workers_requested(config):  # the controller measures nothing: the GPUs are its workers'
-        devices = list({r.device.uuid or r.device.name: r.device for r in session.records}.values())
+        devices = list({r.device.uuid or r.device.name: r.device for r in session.results.records}.values())
         if devices:
             machine_info["attn_device"] = devices[0].as_machine_info()
             machine_info["attn_devices"] = [d.as_machine_info() for d in devices]

@@ -158,7 +158,7 @@ def timer_pins(config: pytest.Config) -> dict[str, TimerPin]:
             base = None  # the gate says so at the end, naming the file
     pins = config.stash[TIMER_PINS] = {b.name: b.pin for b in benches(base).values() if b.pin} if base else {}
     if pins:
-        attn.notes.append(f"timers pinned by the baseline: each of its {len(pins)} cases measured with the timer and"
+        attn.results.note(f"timers pinned by the baseline: each of its {len(pins)} cases measured with the timer and"
                           " calls per sample its record names (the gate compares like with like)")
     return pins
 
@@ -169,7 +169,7 @@ def gate_session(session: pytest.Session) -> None:
     cost them."""
     config = session.config
     attn = config.stash.get(ATTN_SESSION, None)
-    if attn is None or not attn.records or hasattr(config, "workerinput"):  # a worker: the controller gates
+    if attn is None or not attn.results.records or hasattr(config, "workerinput"):  # a worker: the controller gates
         return
     if attn.options.ab is not None:
         return  # (an A/B run judges B against A: plugin.ab)
@@ -178,7 +178,7 @@ def gate_session(session: pytest.Session) -> None:
     if options.baseline == "off" and not saving and options.report is None:
         return
     lines = config.stash[GATE_LINES]
-    groups = by_device(attn.records, config.stash.get(CPU_THREADS, None))
+    groups = by_device(attn.results.records, config.stash.get(CPU_THREADS, None))
     statuses = []
     for fp, records in groups.values():
         if len(groups) > 1:

@@ -56,9 +56,9 @@ class Collector:
             if not isinstance(value, str):
                 continue
             if key == RECORD and report.when == "call" and attn is not None:
-                attn.take(Record.from_json(json.loads(value)))
+                attn.results.take(Record.from_json(json.loads(value)))
             elif key == SKIP and report.skipped and attn is not None:
-                attn.skipped(value)
+                attn.results.skipped(value)
             elif key == AB_RESULT and report.when == "call":
                 self.config.stash.setdefault(AB_HANDED, []).append(AbResult.from_json(json.loads(value)))
             elif key == AB_ARMS and report.when == "call" and AB_WORKER_LINES not in self.config.stash:
@@ -73,7 +73,7 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
     attn = config.stash.get(ATTN_SESSION, None)
     lines = output.get(SESSION_LINES)
     if attn is not None and lines:
-        attn.notes.extend(f"{lines['where']}: {line}" for line in lines["lines"] + lines["notes"])
+        attn.results.notes.extend(f"{lines['where']}: {line}" for line in lines["lines"] + lines["notes"])
         if lines.get("shard"):  # the workers collected (and sharded); the controller writes the JSON
             config.stash[SHARD] = lines["shard"]
     reach = output.get(FUZZ_REACH_OUTPUT)

@@ -29,7 +29,6 @@ from .session import (
     PARTIAL,
     SHARD,
     AttnSession,
-    attn_session,
     benchmark_json_path,
     case_of_item,
 )
@@ -49,7 +48,7 @@ def _partial(session: pytest.Session, exitstatus: int | pytest.ExitCode) -> dict
         reason = f"stopped early ({session.shouldstop or session.shouldfail})"
     else:
         return None
-    return {"reason": reason, "cases_measured": len(attn.records), "cases_selected": _runnable(session, attn)}
+    return {"reason": reason, "cases_measured": len(attn.results.records), "cases_selected": _runnable(session, attn)}
 
 
 def _runnable(session: pytest.Session, attn: AttnSession) -> int | None:
@@ -219,7 +218,8 @@ def history_section(terminalreporter: Any, config: pytest.Config) -> None:
     """Last of all (:mod:`.finish`): a failed save is the last thing the run says."""
     notes = config.stash.get(HISTORY_NOTES, [])
     partial = config.stash.get(PARTIAL, None)
-    if partial is not None and config.stash.get(ATTN_SESSION, None) is not None and attn_session(config).records:
+    attn = config.stash.get(ATTN_SESSION, None)
+    if partial is not None and attn is not None and attn.results.records:
         notes = [*notes, f"this run is partial ({partial_note({'attn_partial': partial})}): what it saved is marked"
                          " so, and a bare --benchmark-compare will skip it"]
     write_section(terminalreporter, "pytest-attn history", notes)

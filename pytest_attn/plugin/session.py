@@ -26,7 +26,6 @@ from ..backends.base import Registry, RegistryError
 from ..core.case import AttnCase
 from ..core.catalog import SMOKE_LEAVES_OUT, profile_variants
 from ..core.device import DeviceInfo
-from ..core.record import Record
 from ..engine.ceilings import CeilingCache
 from ..engine.compile import CompileReport
 from ..engine.nvml import NoNvml, Nvml, VisibleGpu, visible_devices
@@ -41,6 +40,7 @@ from ..verdicts.layout import wrap
 from ..verdicts.rule import DEFAULT_FAIL_ON, Thresholds
 from .options import DEFAULT_SUSTAINED_S, AttnOptions
 from .progress import Progress, WallTimes
+from .results import Results
 
 if TYPE_CHECKING:  # the stash keys' types (type checkers only: Hypothesis and the clocks stay unimported)
     from ..engine.clocks import ClockLocker
@@ -72,18 +72,16 @@ class GateOptions:
 
 
 class AttnSession:
-    """State of one pytest session: resolved options, back ends, device, results."""
+    """State of one pytest session: resolved options, back ends, device; what it measured is :attr:`results`
+    (:class:`~.results.Results`)."""
 
     def __init__(self, config: pytest.Config, options: AttnOptions, gate: GateOptions) -> None:
         self.config = config
         self.options = options
         self.gate = gate
-        self.records: list[Record] = []
-        self.extra_infos: dict[str, dict[str, Any]] = {}  # by record name: the benchmark's extra_info
-        self.skips: list[str] = []
+        self.results = Results()  # what was measured and skipped, and the summary's notes
         self.clock_lock = "not locked"
         self.ceilings = CeilingCache()
-        self.notes: list[str] = []  # session-level lines for the summary
         self.compiled = CompileReport()  # the compile phase before the first sample
         self.progress: Progress | None = None
         self.wall = WallTimes(before_load_s=process_age_s() or 0.0)
@@ -172,7 +170,7 @@ class AttnSession:
     def settings(self) -> RunSettings:
         o = self.options
         if o.timer not in ("auto", "cpu") and not self.device.is_cuda:
-            self.notes.append(f"--attn-timer={o.timer} has no effect on a CPU: every case is timed with"
+            self.results.note(f"--attn-timer={o.timer} has no effect on a CPU: every case is timed with"
                               " time.perf_counter (the cpu timer)")
         return RunSettings(
             timer=o.timer,
@@ -185,7 +183,7 @@ class AttnSession:
             sustained_s=o.sustained_s or (DEFAULT_SUSTAINED_S if self.profile == "sustained" else None),
         )
 
-    # ---- cases and results -----------------------------------------------------------------------
+    # ---- cases ------------------------------------------------------------------------------------
     def cases(self, kind: str = "prefill") -> list[AttnCase]:
         """The profile's cases of one kind ("prefill", "decode", "varlen", "masks" or "all") for the
         selected back ends, dtypes and directions, back ends innermost so one problem's results sit
@@ -201,32 +199,6 @@ class AttnSession:
         if self.profile == "smoke" and "default" in self.options.backends:
             backends = [b for b in backends if b not in SMOKE_LEAVES_OUT]
         return [v.case(b) for v in variants for b in backends]
-
-    def add(self, record: Record, extra_info: dict[str, Any]) -> None:
-        """Keep a result, and the benchmark's ``extra_info`` it is written to (see :meth:`update`)."""
-        self.records.append(record)
-        self.extra_infos[record.name] = extra_info
-        extra_info.clear()
-        extra_info.update(record.to_json())
-
-    def take(self, record: Record) -> None:
-        """Keep a result measured elsewhere (a pytest-xdist worker's, on the controller; or a worker's own, whose
-        pytest-benchmark is off): once per name."""
-        if record.name not in {r.name for r in self.records}:
-            self.records.append(record)
-
-    def skipped(self, reason: str) -> None:
-        """A case skipped, for the summary: the first line of its reason."""
-        self.skips.append(reason.splitlines()[0] if reason else reason)
-
-    def update(self, record: Record) -> None:
-        """Replace a kept result (e.g. with its peers, known at the end) and rewrite its ``extra_info``."""
-        self.records = [record if r.name == record.name else r for r in self.records]
-        info = self.extra_infos.get(record.name)
-        if info is not None:
-            kept = {k: info[k] for k in ("attn_ab",) if k in info}  # an A/B outcome (plugin.ab) stays
-            info.clear()
-            info.update(record.to_json(), **kept)
 
 
 ATTN_SESSION = pytest.StashKey[AttnSession]()

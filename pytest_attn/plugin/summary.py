@@ -32,7 +32,7 @@ def nothing_measured(session: pytest.Session, attn: AttnSession) -> None:
     fails (exit status 4): in CI a green job that measured nothing is a gate switched off."""
     config = session.config
     selected = sum(1 for item in session.items if case_of_item(item) is not None)
-    if attn.records or not (attn.active or selected) or session.exitstatus == pytest.ExitCode.INTERRUPTED:
+    if attn.results.records or not (attn.active or selected) or session.exitstatus == pytest.ExitCode.INTERRUPTED:
         return
     if config.option.collectonly or attn.options.compile_only or config.getoption("benchmark_disable", False):
         return
@@ -41,12 +41,12 @@ def nothing_measured(session: pytest.Session, attn: AttnSession) -> None:
     if not asked and any("attn_fuzzer" in u for u in uses) and not any("attn_bench" in u for u in uses):
         return  # a fuzz run: it checks kernels, it was never to measure one
     counted: dict[str, int] = {}
-    for reason in attn.skips:
+    for reason in attn.results.skips:
         counted[reason] = counted.get(reason, 0) + 1
     why = "; ".join(f"{n} x {r}" for r, n in sorted(counted.items(), key=lambda kv: -kv[1])[:4])
     more = f"; and {len(counted) - 4} more reasons (pytest -rs lists them)" if len(counted) > 4 else ""
-    failed = selected - len(attn.skips)
-    how = f"{len(attn.skips)} skipped ({why}{more})" if attn.skips else ""
+    failed = selected - len(attn.results.skips)
+    how = f"{len(attn.results.skips)} skipped ({why}{more})" if attn.results.skips else ""
     how = ", ".join(filter(None, [how, f"{failed} failed (above)" if failed > 0 else ""]))
     elsewhere = [f"--attn-case {v.shape.source.removeprefix('--attn-case ')!r} is a {v.shape.kind} problem: it runs"
                  f" in suites/test_{v.shape.kind}.py" for v in attn.options.adhoc]
@@ -86,7 +86,7 @@ def pytest_report_header(config: pytest.Config) -> Any:
 def run_line(config: pytest.Config, session: AttnSession) -> str:
     """What the run was: the profile, the back ends that ran (the others counted, not listed: most cannot run
     on every machine), torch's CPU threads, and why the plugin treated the session as an attention run."""
-    ran = sorted({r.case.backend for r in session.records}, key=session.backends.index)
+    ran = sorted({r.case.backend for r in session.results.records}, key=session.backends.index)
     others = len(session.backends) - len(ran)
     more = f" ({others} more selected did not run here: pytest -rs says why)" if others else ""
     threads = config.stash.get(CPU_THREADS, "torch's default")
@@ -99,10 +99,10 @@ def _compared(config: pytest.Config, session: AttnSession) -> tuple[str, list[Co
     """``--benchmark-compare``: each case of this run against the saved run pytest-benchmark compares with (the
     last it loaded), by the gate's rule -- like with like, both runs' noise -- for the table's "vs saved"."""
     loaded = config.stash.get(COMPARED, [])
-    if not loaded or not session.records:
+    if not loaded or not session.results.records:
         return None
     name, run = loaded[-1]
-    mine = by_name(session.records)
+    mine = by_name(session.results.records)
     return name, [c for c in compare(benches(run), mine, session.gate.thresholds) if c.name in mine]
 
 
@@ -115,21 +115,21 @@ def summary_section(terminalreporter: Any, config: pytest.Config) -> None:
         for line in wrap([nothing], width):
             terminalreporter.write_line(line)
         return
-    if session is None or not (session.records or session.skips or session.compiled.builds):
+    if session is None or not (session.results.records or session.results.skips or session.compiled.builds):
         return
     terminalreporter.write_sep("=", "pytest-attn summary")
-    devices = list({r.device.uuid or r.device.name: r.device for r in session.records}.values())
+    devices = list({r.device.uuid or r.device.name: r.device for r in session.results.records}.values())
     device = session.device_if_probed or (devices[0] if devices else None)
-    lines = render(session.records, device, session.skips, session.options.speedup_vs, width,
+    lines = render(session.results.records, device, session.results.skips, session.options.speedup_vs, width,
                    _compared(config, session))
     if len(devices) > 1:
         lines.insert(0, "measured on " + "; ".join(f"GPU {d.host_index}: {d.name} ({d.uuid})" if d.is_cuda
                                                    else d.describe() for d in devices))
     lines.insert(0, run_line(config, session))
-    measured = sum(r.timing.elapsed_s + (r.sustained.phase_s if r.sustained else 0.0) for r in session.records)
+    measured = sum(r.timing.elapsed_s + (r.sustained.phase_s if r.sustained else 0.0) for r in session.results.records)
     wall = session.wall.line(measured)
-    lines[1:1] = [*session.ceilings.lines(), *session.compiled.lines(), *time_lines(session.records),
+    lines[1:1] = [*session.ceilings.lines(), *session.compiled.lines(), *time_lines(session.results.records),
                   *([wall] if wall else [])]
-    lines.extend(f"note: {n}" for n in session.notes)
+    lines.extend(f"note: {n}" for n in session.results.notes)
     for line in wrap(lines, width):
         terminalreporter.write_line(line)

@@ -187,7 +187,7 @@ def hand_over_lines(session: pytest.Session) -> None:
     if pinned is not None:
         where += f" on GPU {pinned[0]} ({device.name if device else '?'}, {pinned[1]})"
     send_at_end(config, SESSION_LINES, {
-        "where": where, "lines": [*attn.ceilings.lines(), *attn.compiled.lines()], "notes": list(attn.notes),
+        "where": where, "lines": [*attn.ceilings.lines(), *attn.compiled.lines()], "notes": list(attn.results.notes),
         "shard": config.stash.get(SHARD, None)})
 
 
