@@ -71,3 +71,30 @@ def test_the_worker_answers_each_line_and_an_error_keeps_it_up():
     error = json.loads(answers[1])
     assert error["op"] == "block" and error["error"].startswith("AssertionError: prepare first")
     assert json.loads(answers[2]) == {"ok": True}
+
+
+def test_an_arm_with_an_older_pytest_attn_is_told_by_its_protocol(tmp_path):
+    """An arm's folder holds a pytest-attn from before the A/B had a package (its worker at ``engine.arm``,
+    protocol 2): the worker still starts, and the hello names both protocols and the fix."""
+    from pytest_attn.engine.ab.processes import ArmError, ArmProcess
+    from pytest_attn.engine.ab.spec import ArmSpec
+
+    old = tmp_path / "old" / "pytest_attn" / "engine"
+    old.mkdir(parents=True)
+    (old.parent / "__init__.py").write_text("")
+    (old / "__init__.py").write_text("")
+    (old / "arm.py").write_text(
+        "import json, sys\n"
+        "def main():\n"
+        "    for line in sys.stdin:\n"
+        "        if json.loads(line).get('op') == 'bye':\n"
+        "            return 0\n"
+        "        print(json.dumps({'protocol': 2, 'pytest_attn': 'the old one'}), flush=True)\n"
+        "    return 0\n")
+    arm = ArmProcess("A1", ArmSpec("old", path=str(tmp_path / "old")), Hello())
+    try:
+        with pytest.raises(ArmError, match=r"runs the pytest-attn in the old one, which speaks A/B protocol 2"
+                                           r" where this one speaks 3: install the same pytest-attn"):
+            arm.ask(Release())
+    finally:
+        arm.close()

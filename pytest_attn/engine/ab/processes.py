@@ -42,9 +42,12 @@ from .messages import (
 from .spec import ArmSpec
 
 #: ``python -c BOOT PYTEST_ATTN_PARENT``: no current folder first on sys.path (``-c`` would put it there,
-#: ahead of the arm's PYTHONPATH), this pytest-attn as the last resort.
-BOOT = ("import sys; del sys.path[0]; sys.path.append(sys.argv[1]); "
-        "from pytest_attn.engine.ab.worker import main; raise SystemExit(main())")
+#: ahead of the arm's PYTHONPATH), this pytest-attn as the last resort. A pytest-attn from before the A/B had a
+#: package of its own keeps its worker at ``engine.arm``: started there, it names its protocol at hello.
+BOOT = ("import sys; del sys.path[0]; sys.path.append(sys.argv[1])\n"
+        "try:\n    from pytest_attn.engine.ab.worker import main\n"
+        "except ModuleNotFoundError:\n    from pytest_attn.engine.arm import main\n"
+        "raise SystemExit(main())")
 TIMEOUTS_S = {"hello": 300.0, "prepare": 1800.0, "block": 600.0, "finish": 600.0, "release": 120.0}
 LOG_LINES = 15
 
