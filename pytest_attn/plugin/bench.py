@@ -358,7 +358,7 @@ def settle_records(session: pytest.Session) -> None:
         for record in list(results.records):
             results.update(dataclasses.replace(record, peers=peers.get(record.name)))
         bs = getattr(session.config, "_benchmarksession", None)
-        if results.records and bs is not None and not results.written_to_benchmark and not is_worker(session.config):
+        if results.records and bs is not None and workers_requested(session.config):
             # the controller of pytest-xdist workers: their records become pytest-benchmark's results, so
             # its JSON, autosave, --benchmark-compare and --benchmark-compare-fail work as in one process
             bs.benchmarks.extend(benchmark_metadata(r) for r in results.records)

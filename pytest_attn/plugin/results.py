@@ -18,11 +18,6 @@ class Results:
         self.notes: list[str] = []  # session-level lines for the summary
         self._extra_infos: dict[str, dict[str, Any]] = {}  # by record name: the benchmark's extra_info
 
-    @property
-    def written_to_benchmark(self) -> bool:
-        """Whether any result went into a pytest-benchmark ``extra_info`` (this process ran the fixture)."""
-        return bool(self._extra_infos)
-
     def add(self, record: Record, extra_info: dict[str, Any]) -> None:
         """Keep a result, and the benchmark's ``extra_info`` it is written to (see :meth:`update`)."""
         self.records.append(record)
