@@ -21,14 +21,22 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 #: Both ends must speak it: an arm whose environment holds another pytest-attn says so at hello.
 PROTOCOL = 3
 
+A = TypeVar("A", covariant=True)
+
+
+class Asking(Generic[A]):
+    """A request whose answer is an ``A``: what :meth:`Asks.ask` returns for it."""
+
+    op: ClassVar[str]
+
 
 @dataclass(frozen=True)
-class Hello:
+class Hello(Asking["HelloAnswer"]):
     op: ClassVar[str] = "hello"
     settings: dict[str, Any] = field(default_factory=dict)
     backends_from: list[str] = field(default_factory=list)
@@ -49,7 +57,7 @@ class HelloAnswer:
 
 
 @dataclass(frozen=True)
-class Prepare:
+class Prepare(Asking["PrepareAnswer"]):
     op: ClassVar[str] = "prepare"
     case: dict[str, Any] = field(default_factory=dict)
     label: str = ""
@@ -75,7 +83,7 @@ class PrepareAnswer:
 
 
 @dataclass(frozen=True)
-class Block:
+class Block(Asking["BlockAnswer"]):
     op: ClassVar[str] = "block"
     samples: int = 1
     warm: bool = True
@@ -90,7 +98,7 @@ class BlockAnswer:
 
 
 @dataclass(frozen=True)
-class HandOver:
+class HandOver(Asking["Handed"]):
     op: ClassVar[str] = "hand_over"
 
 
@@ -103,7 +111,7 @@ class Handed:
 
 
 @dataclass(frozen=True)
-class Finish:
+class Finish(Asking["Finished"]):
     op: ClassVar[str] = "finish"
     stop: str = "pairs"
     diagnose: bool = True
@@ -116,7 +124,7 @@ class Finished:
 
 
 @dataclass(frozen=True)
-class Release:
+class Release(Asking["Released"]):
     op: ClassVar[str] = "release"
 
 
@@ -127,6 +135,14 @@ class Released:
 
 Request = Hello | Prepare | Block | HandOver | Finish | Release
 Answer = HelloAnswer | PrepareAnswer | BlockAnswer | Handed | Finished | Released
+
+
+class Asks(Protocol):
+    """An arm's replica: :class:`~.processes.ArmProcess`, or a test's fake on a fake clock."""
+
+    label: str
+
+    def ask(self, request: Asking[A]) -> A: ...
 ANSWERS: dict[type, type] = {Hello: HelloAnswer, Prepare: PrepareAnswer, Block: BlockAnswer, HandOver: Handed,
                              Finish: Finished, Release: Released}
 REQUESTS: dict[str, type] = {kind.op: kind for kind in ANSWERS}  # type: ignore[attr-defined]

@@ -30,39 +30,11 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, overload
+from typing import Any
 
 from ...core.stats import clock_sensitivity, median, stratified_log_ratio, t_widening
 from ..settings import CaseFailed, CaseSkipped
-from .messages import (
-    Block,
-    BlockAnswer,
-    Finish,
-    Finished,
-    Handed,
-    HandOver,
-    Prepare,
-    PrepareAnswer,
-    Release,
-    Released,
-)
-
-
-class Asks(Protocol):
-    """An arm's replica: :class:`~.processes.ArmProcess`, or a test's fake on a fake clock."""
-
-    label: str
-
-    @overload
-    def ask(self, request: Prepare) -> PrepareAnswer: ...
-    @overload
-    def ask(self, request: Block) -> BlockAnswer: ...
-    @overload
-    def ask(self, request: HandOver) -> Handed: ...
-    @overload
-    def ask(self, request: Finish) -> Finished: ...
-    @overload
-    def ask(self, request: Release) -> Released: ...
+from .messages import Asks, Block, Finish, HandOver, Prepare, PrepareAnswer, Release
 
 
 @dataclass(frozen=True)

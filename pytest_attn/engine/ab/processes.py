@@ -15,30 +15,11 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, overload
+from typing import Any
 
 import pytest_attn
 
-from .messages import (
-    BYE,
-    PROTOCOL,
-    Block,
-    BlockAnswer,
-    Finish,
-    Finished,
-    Handed,
-    HandOver,
-    Hello,
-    HelloAnswer,
-    Prepare,
-    PrepareAnswer,
-    Release,
-    Released,
-    Request,
-    WorkerError,
-    answer_of,
-    to_line,
-)
+from .messages import BYE, PROTOCOL, A, Asking, Hello, HelloAnswer, Request, WorkerError, answer_of, to_line
 from .spec import ArmSpec
 
 #: ``python -c BOOT PYTEST_ATTN_PARENT``: no current folder first on sys.path (``-c`` would put it there,
@@ -124,22 +105,11 @@ class ArmProcess:
                            " the same pytest-attn in both arms' environments, or leave it out of the arm's")
         self.about = about
 
-    @overload
-    def ask(self, request: Prepare) -> PrepareAnswer: ...
-    @overload
-    def ask(self, request: Block) -> BlockAnswer: ...
-    @overload
-    def ask(self, request: HandOver) -> Handed: ...
-    @overload
-    def ask(self, request: Finish) -> Finished: ...
-    @overload
-    def ask(self, request: Release) -> Released: ...
-
-    def ask(self, request: Request) -> Any:
+    def ask(self, request: Asking[A]) -> A:
         """The worker's answer to ``request`` (started first where it is not running)."""
         if self._proc is None or self._proc.poll() is not None:
             self._start()
-        return self._exchange(request)
+        return self._exchange(request)  # type: ignore[arg-type]  # every Asking is a Request
 
     def _exchange(self, request: Request) -> Any:
         proc = self._proc
