@@ -464,3 +464,31 @@ def test_a_cut_short_a_b_does_not_say_no_regression(tmp_path):
     write_ab_reports(tmp_path, [result], ["A: same", "B: same"], 0.02)
     assert (tmp_path / "summary.md").read_text().startswith("### pytest-attn A/B: no regression (1 SAME)")
     assert "attn_partial" not in json.loads((tmp_path / "ab.json").read_text())
+
+
+class SlowToPrepareArm(FakeArm):
+    """Setting a case up takes 0.5 s of the fake clock, the record 0.25 s."""
+
+    def ask(self, request):
+        self.clock[0] += {"prepare": 0.5, "finish": 0.25}.get(request.op, 0.0)
+        return super().ask(request)
+
+
+def test_the_a_b_says_where_its_time_went():
+    """Preparing every replica and building the records are timed apart from the pairs, per case and summed in the
+    summary: on an H100 a decode A/A took 305 s of which the pairs were 134 s, and nothing said where the rest went."""
+    from pytest_attn.verdicts.ab.summaries import markdown, terminal_lines
+
+    clock, log = [0.0], []
+    a = [SlowToPrepareArm(f"A{k}", 1.0, clock, log) for k in (1, 2)]
+    b = [SlowToPrepareArm(f"B{k}", 1.0, clock, log) for k in (1, 2)]
+    run = run_pair(({}, {}), "t", a, b, PairRule(max_time_s=1), clock=lambda: clock[0])
+    assert run.prepare_s == pytest.approx(4 * 0.5) and run.records_s == pytest.approx(2 * 0.25)
+    assert run.elapsed_s > 0 and run.elapsed_s == pytest.approx(0.01 * sum(run.block_samples) * 2, rel=0.2)
+    result = ab_plugin.result_of("suite::t", dense("sdpa-math"), run, *(SimpleNamespace(
+        median_s=1e-4, clocks=SimpleNamespace(throttle=None)),) * 2, 0.02)
+    assert AbResult.from_json(json.loads(json.dumps(result.to_json()))) == result
+    line = (f"time over 2 case(s): setting each case up in every arm's replicas 4.0 s, the pairs"
+            f" {2 * run.elapsed_s:.1f} s, the arms' records 1.0 s")
+    assert f"  {line}" in terminal_lines([result, result], ["A: x", "B: y"], 0.02)
+    assert f"- {line}\n" in markdown([result, result], ["A: x", "B: y"], 0.02)

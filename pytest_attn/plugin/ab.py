@@ -174,7 +174,8 @@ def result_of(name: str, case: AttnCase, run: PairRun, a: Record, b: Record, thr
                     a.median_s, b.median_s, run.stop, run.timer,
                     run.block_samples[-1] if run.block_samples else 0, run.elapsed_s,
                     (throttle[0], throttle[1]), (run.prepared[0].plan, run.prepared[1].plan),
-                    (tuple(run.a_s), tuple(run.b_s)), (tuple(a_mhz), tuple(b_mhz)), replicas)
+                    (tuple(run.a_s), tuple(run.b_s)), (tuple(a_mhz), tuple(b_mhz)), replicas,
+                    prepare_s=run.prepare_s, records_s=run.records_s)
 
 
 AB_RUN = pytest.StashKey[AbRun]()  # --attn-ab: the A/B run of this process

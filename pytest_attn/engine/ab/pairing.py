@@ -106,7 +106,9 @@ class PairRun:
     block_samples: list[int] = field(default_factory=list)
     replicas: list[int] = field(default_factory=list)  # which replica of each arm took each pair
     stop: str = ""
-    elapsed_s: float = 0.0
+    elapsed_s: float = 0.0  # the pairs' blocks, from the first to the stop
+    prepare_s: float = 0.0  # every replica setting the case up (before the first pair)
+    records_s: float = 0.0  # the arms' records after the stop (hand-overs, kernel names, peak memory)
     prepared: tuple[PrepareAnswer, PrepareAnswer] = (PrepareAnswer(), PrepareAnswer())
     records: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
 
@@ -178,7 +180,9 @@ def run_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replic
     stops, and each arm's record (its first replica's, with the other's samples)."""
     if len(a) != len(b) or not a:
         raise ValueError(f"{len(a)} replicas of A against {len(b)} of B; give each arm as many")
+    started = clock()
     run = PairRun(prepared=prepare_all(cases, label, a, b))
+    run.prepare_s = clock() - started
     per_sample = max(p.estimate_s * p.calls_per_sample for p in run.prepared)
     samples, t0 = rule.samples(per_sample), clock()
     while True:
@@ -203,7 +207,9 @@ def run_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replic
             break
         per_sample = max(blocks[id(x)].wall_s / samples for x in order)
         samples = rule.samples(per_sample)
+    ended = clock()
     run.records = (_finish(a, run.stop, diagnose=False), _finish(b, run.stop, diagnose=True))
+    run.records_s = clock() - ended
     return run
 
 

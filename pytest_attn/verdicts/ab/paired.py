@@ -193,6 +193,8 @@ class AbResult:
     blocks: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())  # each arm's block medians (s), pair by pair
     block_mhz: tuple[tuple[float | None, ...], tuple[float | None, ...]] = ((), ())  # their SM clocks
     replicas: tuple[int, ...] = ()  # which replica of each arm took each pair (engine.pairing); () for one
+    prepare_s: float = 0.0  # every replica setting the case up, before the first pair
+    records_s: float = 0.0  # the arms' records after the last pair
 
     @property
     def replica_changes(self) -> dict[int, float]:

@@ -48,6 +48,13 @@ def counts(results: Sequence[AbResult]) -> str:
     return verdict_counts((r.paired.verdict for r in results), "no case measured", by_name=True)
 
 
+def cost(results: Sequence[AbResult]) -> str:
+    """Where the A/B's time went, over its cases: every replica setting each case up, the pairs, the records."""
+    prepare, pairs, records = (sum(getattr(r, f) for r in results) for f in ("prepare_s", "elapsed_s", "records_s"))
+    return (f"time over {len(results)} case(s): setting each case up in every arm's replicas {prepare:.1f} s, the"
+            f" pairs {pairs:.1f} s, the arms' records {records:.1f} s")
+
+
 def explain(r: AbResult, threshold: float) -> str:
     lo, hi = r.paired.interval()
     basis = {"time": "in time", "cycles": "in cycles"}.get(r.paired.basis, "at equal SM clock")
@@ -61,7 +68,7 @@ def terminal_lines(results: Sequence[AbResult], arms: Sequence[str], threshold: 
     rows = [HEADER, *(_row(r) for r in results)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
     lines = [f"paired A/B at a {threshold:.1%} threshold: {counts(results)}", *(f"  {a}" for a in arms),
-             f"  {LEGEND}"]
+             f"  {cost(results)}", f"  {LEGEND}"]
     lines += ["  " + "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in
                                 enumerate(zip(row, widths, strict=True))) for row in rows]
     lines += [f"  {r.paired.verdict}: {r.name.split('::')[-1]}: {explain(r, threshold)}" for r in results
@@ -79,7 +86,7 @@ def markdown(results: Sequence[AbResult], arms: Sequence[str], threshold: float,
         else "no regression"
     out.write(f"### pytest-attn A/B: {head} ({counts(results)})\n\n")
     out.write("".join(f"- {a}\n" for a in arms) + f"- threshold {threshold:.1%}; verdicts from paired blocks\n"
-              f"- {LEGEND}\n\n")
+              f"- {cost(results)}\n- {LEGEND}\n\n")
     out.write(markdown_table(HEADER, ((_row(r), r.paired.verdict in fail_on) for r in results), VERDICT_COLUMN))
     said = [r for r in results if r.paired.verdict in EXPLAINED or r.notes()]
     if said:
