@@ -183,6 +183,17 @@ def clock_sensitivity(time_ratios: Sequence[float], clock_ratios: Sequence[float
     return min(1.0, max(0.0, -slope)), se
 
 
+def at_equal_clock(a: Sequence[float], b: Sequence[float], a_mhz: Sequence[float], b_mhz: Sequence[float],
+                   strata: Sequence[int] = ()) -> tuple[list[float], list[float], float, float]:
+    """Block times at equal SM clock: each x its clock ** ``s``, ``s`` the pairs' :func:`clock_sensitivity`
+    (1, with no error, where it cannot be fitted: cycles). Returns (A's, B's, ``s``, its standard error)."""
+    fitted = clock_sensitivity([y / x for x, y in zip(a, b, strict=True)],
+                               [y / x for x, y in zip(a_mhz, b_mhz, strict=True)], strata)
+    s, error = fitted if fitted and math.isfinite(fitted[1]) else (1.0, 0.0)
+    return ([t * m**s for t, m in zip(a, a_mhz, strict=True)], [t * m**s for t, m in zip(b, b_mhz, strict=True)],
+            s, error)
+
+
 def stratum_means(a: Sequence[float], b: Sequence[float], strata: Sequence[int]) -> dict[int, float]:
     """Each stratum's mean ``log(b_i / a_i)``, as a relative change (``exp - 1``)."""
     groups: dict[int, list[float]] = {}

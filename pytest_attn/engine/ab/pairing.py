@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...core.stats import clock_sensitivity, median, stratified_log_ratio, t_widening
+from ...core.stats import at_equal_clock, median, stratified_log_ratio, t_widening
 from ..settings import CaseFailed, CaseSkipped
 from .messages import Asks, Block, Finish, HandOver, Prepare, PrepareAnswer, Release
 
@@ -135,11 +135,8 @@ class PairRun:
         if not self.clocks_measured:
             return self.a_s, self.b_s
         ma, mb = [float(m or 0) for m in self.a_mean_mhz], [float(m or 0) for m in self.b_mean_mhz]
-        fitted = clock_sensitivity([b / a for a, b in zip(self.a_s, self.b_s, strict=True)],
-                                   [y / x for x, y in zip(ma, mb, strict=True)], self.replicas)
-        s = fitted[0] if fitted and math.isfinite(fitted[1]) else 1.0
-        return ([t * m**s for t, m in zip(self.a_s, ma, strict=True)],
-                [t * m**s for t, m in zip(self.b_s, mb, strict=True)])
+        a_e, b_e, _, _ = at_equal_clock(self.a_s, self.b_s, ma, mb, self.replicas)
+        return a_e, b_e
 
 
 Replicas = Sequence[Asks]  # one arm's worker processes (one or two)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core.stats import (
-    clock_sensitivity,
+    at_equal_clock,
     median,
     placement_variance,
     stratified_log_ratio,
@@ -141,10 +141,8 @@ def _at_equal_clock(a: Sequence[float], b: Sequence[float], a_mhz: Sequence[floa
     x its clock ** ``s``, ``s`` the case's clock sensitivity fitted on the pairs (1 where the clocks did not vary
     within a replica); the fit's own error (at most 1: ``s`` lies in 0..1), times the arms' mean clock
     difference, joins the error."""
-    fitted = clock_sensitivity([y / x for x, y in zip(a, b, strict=True)],
-                               [y / x for x, y in zip(a_mhz, b_mhz, strict=True)], strata)
-    s, s_error = fitted if fitted and math.isfinite(fitted[1]) else (1.0, 0.0)
-    level, sigma, noise = _judged(*_in_cycles(a, b, a_mhz, b_mhz, s), strata, widen)
+    a_e, b_e, s, s_error = at_equal_clock(a, b, a_mhz, b_mhz, strata)
+    level, sigma, noise = _judged(a_e, b_e, strata, widen)
     fit = min(s_error, 1.0) * abs(sum(math.log(y / x) for x, y in zip(a_mhz, b_mhz, strict=True)) / len(a_mhz))
     return s, level, math.hypot(sigma, fit), math.hypot(noise, fit)
 
