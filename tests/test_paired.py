@@ -86,11 +86,13 @@ def test_pairs_are_checked():
     assert paired("x", [1.0], [1.1]).verdict == "AMBIGUOUS"  # one pair: its noise is unknown
 
 
-def power_capped(b_cycles: float, seed: int) -> list[tuple[list[float], list[float], list[float], list[float]]]:
+def power_capped(b_cycles: float, seed: int,
+                 sensitivity: float = 1.0) -> list[tuple[list[float], list[float], list[float], list[float]]]:
     """Per case, 16 pairs on a power-capped GPU: each block's clock jitters +-2 % around the cap's, and arm B's
     data sit where they draw more or less power, so B's clock sits up to 3 % off A's all along (an H200 A/A
-    of one process: 1.7-3.1 %). A block's time is its cycles (x ``b_cycles`` in B, 0.3 % noise) over its
-    clock; the blocks' mean clocks are measured."""
+    of one process: 1.7-3.1 %). A block's time is its work (x ``b_cycles`` in B, 0.3 % noise) over its clock
+    ** ``sensitivity`` (1: a kernel bound by the SM clock; 0: one bound by memory, whose time HBM sets); the
+    blocks' mean clocks are measured."""
     rng = random.Random(seed)
     cases = []
     for _ in range(CASES):
@@ -100,7 +102,7 @@ def power_capped(b_cycles: float, seed: int) -> list[tuple[list[float], list[flo
             for times, clocks, cycles, shift in ((a_s, a_mhz, 1.0, 0.0), (b_s, b_mhz, b_cycles, offset)):
                 mhz = 1750 * (1 + shift) * (1 + rng.gauss(0, 0.02))
                 clocks.append(mhz)
-                times.append(1e-3 * cycles * (1 + rng.gauss(0, 0.003)) * 1750 / mhz)
+                times.append(1e-3 * cycles * (1 + rng.gauss(0, 0.003)) * (1750 / mhz) ** sensitivity)
         cases.append((a_s, b_s, a_mhz, b_mhz))
     return cases
 
@@ -119,33 +121,18 @@ def test_at_a_power_cap_measured_cycles_decide_where_time_cannot():
     assert sum(paired("x", a, b).verdict != "SLOWER" for a, b, _, _ in power_capped(1.02, 2)) > CASES // 10
 
 
-def memory_bound(b_time: float, seed: int) -> list[tuple[list[float], list[float], list[float], list[float]]]:
-    """Per case, 16 pairs of a memory-bound step on a power-capped GPU: each block's clock jitters +-2 % and B's
-    sits up to 3 % off A's all along, but the time does not follow the clock (HBM sets it): a block's time is
-    ``b_time`` in B with 0.3 % noise, whatever its clock."""
-    rng = random.Random(seed)
-    cases = []
-    for _ in range(CASES):
-        offset = rng.uniform(-0.03, 0.03)
-        a_s, b_s, a_mhz, b_mhz = [], [], [], []
-        for _ in range(16):
-            for times, clocks, t, shift in ((a_s, a_mhz, 1.0, 0.0), (b_s, b_mhz, b_time, offset)):
-                clocks.append(1750 * (1 + shift) * (1 + rng.gauss(0, 0.02)))
-                times.append(1e-3 * t * (1 + rng.gauss(0, 0.003)))
-        cases.append((a_s, b_s, a_mhz, b_mhz))
-    return cases
-
-
 def test_a_memory_bound_step_is_judged_at_equal_clock_not_in_cycles():
     """Its time does not follow the clock: in cycles an A/A would carry B's clock offset (called) and blur a
     2 % slowdown with the clock's jitter; at equal clock, with the sensitivity fitted on the pairs (near 0),
     the A/A is never SLOWER or FASTER and 2 % is SLOWER in every case."""
-    same = [paired("x", a, b, AB_THRESHOLD, fa, fb, measured=True) for a, b, fa, fb in memory_bound(1.0, 4)]
+    memory = power_capped(1.0, 4, sensitivity=0.0)
+    same = [paired("x", a, b, AB_THRESHOLD, fa, fb, measured=True) for a, b, fa, fb in memory]
     assert not {r.verdict for r in same} & {"SLOWER", "FASTER"}
     assert all(r.clock_sensitivity is not None and r.clock_sensitivity < 0.2 for r in same)
-    in_cycles = [cycles_change(a, b, fa, fb) for a, b, fa, fb in memory_bound(1.0, 4)]
+    in_cycles = [cycles_change(a, b, fa, fb) for a, b, fa, fb in memory]
     assert sum(abs(c) > 0.01 for c in in_cycles) > CASES // 4  # what judging in cycles would have called
-    slower = [paired("x", a, b, AB_THRESHOLD, fa, fb, measured=True) for a, b, fa, fb in memory_bound(1.02, 5)]
+    slowed = power_capped(1.02, 5, sensitivity=0.0)
+    slower = [paired("x", a, b, AB_THRESHOLD, fa, fb, measured=True) for a, b, fa, fb in slowed]
     assert [r.verdict for r in slower] == ["SLOWER"] * CASES
 
 
