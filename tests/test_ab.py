@@ -83,7 +83,8 @@ class FakeArm:
         return Released()
 
 
-RULE = PairRule(max_time_s=60)
+#: blocks of five of the fake arms' 10 ms samples, as the counts below were taken (the default block is 30 ms)
+RULE = PairRule(max_time_s=60, block_s=0.05)
 
 
 def _pair(factor_b, log=None, rule=RULE):
@@ -246,7 +247,7 @@ def test_either_arm_refusing_releases_the_other():
 
 def test_long_calls_get_one_sample_a_block_and_stop_at_the_time_cap():
     rule = PairRule(max_time_s=0.0)
-    assert rule.samples(1.5) == 1 and rule.samples(1e-3) == 50 and rule.samples(None) == 3
+    assert rule.samples(1.5) == 1 and rule.samples(1e-3) == 30 and rule.samples(None) == 3
     assert rule.stop([1.0] * 3, [1.0] * 3, 10.0) is None  # odd: never
     tight = [1.02, 1.021, 1.019, 1.02]  # four pairs of a 1.5 s call, +2 % +- 0.05 %: decided, stop
     assert rule.stop([1.0] * 4, tight, 0.0) == "time-cap"
@@ -268,7 +269,8 @@ def test_a_case_too_noisy_at_the_time_cap_goes_on_to_the_noise_cap():
         for noisy_cap, stop, want in ((1.0, "noise-cap", "AMBIGUOUS"), (4.0, "time-cap", verdict)):
             clock, log = [0.0], []
             run = run_pair(({}, {}), "t", [FakeArm("A", 1.0, clock, log)], [JitteryArm("B", factor, clock, log)],
-                           PairRule(max_time_s=1.0, noisy_time_s=noisy_cap), clock=lambda c=clock: c[0])
+                           PairRule(max_time_s=1.0, noisy_time_s=noisy_cap, block_s=0.05),
+                           clock=lambda c=clock: c[0])
             assert (run.stop, paired("x", run.a_s, run.b_s).verdict) == (stop, want), (factor, noisy_cap)
             assert len(run.a_s) > 20 if noisy_cap > 1 else len(run.a_s) == 6
 

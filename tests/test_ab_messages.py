@@ -21,6 +21,7 @@ from pytest_attn.engine.ab.messages import (
     Prepare,
     PrepareAnswer,
     Release,
+    Released,
     WorkerError,
     answer_of,
     request_of,
@@ -98,3 +99,36 @@ def test_an_arm_with_an_older_pytest_attn_is_told_by_its_protocol(tmp_path):
             arm.ask(Release())
     finally:
         arm.close()
+
+
+def test_arms_start_together_and_touch_the_gpu_in_the_order_of_their_first_request(tmp_path, monkeypatch):
+    """The four replicas' processes are started at once, each importing torch and the run's back ends as it
+    comes up (an H100 A/A spent ~30 s of its first case starting them one after another); hello -- the GPU --
+    waits for each one's first request. A worker is said hello to once, and again only once it was restarted."""
+    from pytest_attn.engine.ab.processes import ArmProcess
+    from pytest_attn.engine.ab.spec import ArmSpec
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    arms = [ArmProcess(f"{x}{k}", ArmSpec("same"), Hello()) for x in "AB" for k in (1, 2)]
+    try:
+        for arm in arms:
+            arm.spawn(["sdpa-math", "not-a-back-end"])
+        assert all(arm._proc is not None and arm.about is None for arm in arms)
+        first = arms[0]._proc
+        arms[0].spawn(["sdpa-math"])  # running already: no second process
+        assert arms[0]._proc is first
+        assert arms[0].ask(Release()) == Released() and arms[0].about is not None
+        assert [arm.about is not None for arm in arms] == [True, False, False, False]
+        about = arms[0].about
+        arms[0].ask(Release())
+        assert arms[0].about is about  # no second hello
+    finally:
+        for arm in arms:
+            arm.close()
+
+
+def test_a_worker_preloads_what_it_can_and_names_what_it_cannot():
+    from pytest_attn.engine.ab.worker import preload
+
+    assert preload("") == [] and preload("sdpa-math") == []
+    assert preload("sdpa-math,not-a-back-end") == ["not-a-back-end"]

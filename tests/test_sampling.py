@@ -81,3 +81,28 @@ def test_the_estimate_leaves_the_first_call_out_and_the_warm_up_counts_collectio
     report = warm_up(call, WarmupRule(min_calls=3, min_time_s=0.0, window=3), clock=lambda: next(clock) * 1e-3)
     assert report.collections == report.calls >= 6 and report.estimate_s == 1e-3
     assert "first call 40.00 ms" in report.describe() and "garbage collection" in report.describe()
+
+
+def test_samples_a_timer_takes_together_share_the_readings_around_them(fake_timer, fake_clock):
+    """A timer that takes a block's samples together (a kernel-sum timer's one trace): NVML's reasons are read
+    before and after them all, the SM clock after them, and every sample of the block carries them; a timer
+    without it is sampled one by one."""
+    from pytest_attn.engine.sampling import Sampling, take_samples
+
+    class Together:
+        def __init__(self):
+            self.asked = []
+
+        def samples(self, count):
+            self.asked.append(count)
+            return [1e-5 * (i + 1) for i in range(count)]
+
+    reasons, clocks = iter([None, 4, 0, 0, 0, 1]), iter([1755, 1980, 1965])
+    kept, timer = Sampling([], "", 0.0), Together()
+    take_samples(timer, kept, 3, lambda: next(clocks), lambda: next(reasons))
+    assert timer.asked == [3] and kept.samples_s == pytest.approx([1e-5, 2e-5, 3e-5])
+    assert kept.sample_reasons == [4, 4, 4] and kept.sample_clocks == [1755] * 3
+    one = fake_timer([2e-3], fake_clock)
+    take_samples(one, kept, 2, lambda: next(clocks), lambda: next(reasons))
+    assert kept.samples_s[3:] == [2e-3, 2e-3] and kept.sample_reasons[3:] == [0, 1]
+    assert kept.sample_clocks[3:] == [1980, 1965]

@@ -82,6 +82,54 @@ def test_kernel_sum_excludes_the_flush_and_divides_by_calls(monkeypatch):
     assert inner.n == 2  # one plain sample, one traced
 
 
+def test_a_block_of_graph_samples_is_traced_once_and_cut_into_samples(monkeypatch):
+    """An A/B block traces its samples together (one profiler session costs the host milliseconds, a decode
+    step's replay tens of microseconds); each sample is the same run of kernels, the flush between them left
+    out -- the figures are those one trace per sample gives. Where the trace cannot be cut into equal runs of
+    the same kernels, the samples are traced one by one."""
+    class Inner:
+        kind = "cuda-graph"
+        calls_per_sample = 4
+
+        def __init__(self):
+            self.n = 0
+
+        def sample(self):
+            self.n += 1
+            return 50e-6
+
+    flush = ("FillFunctor<signed char>", 20e-6)
+    replay = [("flash_fwd_kernel", 10e-6), ("Memset (Device)", 1e-6), ("combine", 2e-6)] * 4
+    monkeypatch.setattr(timers, "device_activity", lambda run: (run(), [flush])[1])
+    timer = timers.KernelSumTimer(Inner(), flush=lambda: None)
+    traces = []
+
+    def in_order(run):
+        run()
+        return traces.pop(0)
+
+    monkeypatch.setattr(timers, "device_activity_in_order", in_order)
+    traces.append([flush, *replay, flush, *replay[:-1], ("combine", 6e-6), flush, *replay])
+    assert timer.samples(3) == pytest.approx([13e-6, 14e-6, 13e-6])  # per call: (10 + 1 + 2) us, B's 4 us more
+    assert timer.inner.n == 6 and timer.replay_s == [50e-6] * 3  # three untraced replays, three traced
+    one_by_one = [("flash_fwd_kernel", 40e-6)]
+    monkeypatch.setattr(timers, "device_activity", lambda run: (run(), one_by_one)[1])
+    traces.append([flush, *replay, flush, *replay[:5]])  # a sample lost kernels: not cut, traced one by one
+    assert timer.samples(2) == pytest.approx([10e-6, 10e-6])
+    assert timer.samples(1) == pytest.approx([10e-6]) and not traces
+
+
+def test_traced_samples_are_cut_where_every_run_has_the_same_kernels():
+    from pytest_attn.engine.profiler import split_samples
+
+    a, b, f = ("a", 1.0), ("b", 2.0), ("flush", 5.0)
+    assert split_samples([f, a, b, f, a, b], {"flush"}, 2) == [3.0, 3.0]
+    assert split_samples([a, b, a, b, a, b], set(), 3) == [3.0, 3.0, 3.0]
+    assert split_samples([a, b, a], set(), 2) is None  # does not divide
+    assert split_samples([a, b, b, a], set(), 2) is None  # the runs' kernels differ
+    assert split_samples([f], {"flush"}, 1) is None and split_samples([a], set(), 0) is None
+
+
 def test_a_long_call_s_kernels_are_read_over_events_once_a_sample(monkeypatch):
     """kernel-sum for a call of 5 ms or more (an A/B arm's, or asked for): no graph of repeated long calls,
     one traced event sample per sample and no untraced one; its cache condition is the events' (cold L2)."""

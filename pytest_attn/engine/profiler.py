@@ -35,6 +35,38 @@ def device_activity(run: Callable[[], Any]) -> list[tuple[str, float]]:
     ]
 
 
+def device_activity_in_order(run: Callable[[], Any]) -> list[tuple[str, float]]:
+    """:func:`device_activity`, ordered by when each activity started on the GPU."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            run()
+            torch.cuda.synchronize()
+    timed = [(e.time_range.start, e.name, e.time_range.elapsed_us() / 1e6)
+             for e in prof.events() if e.device_type == DeviceType.CUDA]
+    return [(name, sec) for _, name, sec in sorted(timed, key=lambda x: x[0])]
+
+
+def split_samples(activity: list[tuple[str, float]], skip: set[str], samples: int) -> list[float] | None:
+    """Each sample's device seconds, from the activity of ``samples`` identical samples traced together (a CUDA
+    graph replays the same kernels in the same order): the activity not named in ``skip`` (the L2 flush), cut
+    into ``samples`` equal runs. None where it cannot be cut so -- a count that does not divide, or runs whose
+    kernel names differ -- and the caller traces its samples one by one. Pure."""
+    kept = [(name, sec) for name, sec in activity if name not in skip]
+    if samples < 1 or not kept or len(kept) % samples:
+        return None
+    size = len(kept) // samples
+    runs = [kept[i * size:(i + 1) * size] for i in range(samples)]
+    names = [name for name, _ in runs[0]]
+    if any([name for name, _ in run] != names for run in runs[1:]):
+        return None
+    return [sum(sec for _, sec in run) for run in runs]
+
+
 def events_seconds(fn: Callable[[], Any], reps: int) -> float:
     """Seconds ``reps`` calls of ``fn`` take between two CUDA events, after one warm call (for quick
     calibrations outside the measured cases: ceilings, deliberate slowdowns)."""

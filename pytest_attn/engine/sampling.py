@@ -109,6 +109,26 @@ def sample_until(
             return sampling
 
 
+def take_samples(timer: Timer, into: Sampling, count: int, read_sm_clock: Callable[[], int | None],
+                 read_reasons: Callable[[], int | None]) -> None:
+    """``count`` samples into ``into``: together where the timer can take them so (a kernel-sum timer's
+    :meth:`~pytest_attn.engine.timers.KernelSumTimer.samples`: one trace for all), with NVML's reasons read
+    before and after them all and the SM clock after them, for each; else one by one (:func:`take_sample`)."""
+    together = getattr(timer, "samples", None)
+    if together is None or count < 2:
+        for _ in range(count):
+            take_sample(timer, into, read_sm_clock, read_reasons)
+        return
+    before = read_reasons()
+    times = together(count)
+    after = read_reasons()
+    reasons = None if before is None and after is None else (before or 0) | (after or 0)
+    clock = read_sm_clock() or None
+    into.samples_s += times
+    into.sample_reasons += [reasons] * len(times)
+    into.sample_clocks += [clock] * len(times)
+
+
 def take_sample(timer: Timer, into: Sampling, read_sm_clock: Callable[[], int | None],
                 read_reasons: Callable[[], int | None]) -> None:
     """One sample into ``into``, with NVML's clocks-event reasons read before and after it and the SM

@@ -2,15 +2,14 @@
 
 Timers (all report seconds per call):
 
-* ``cuda-event``: one call per sample between two CUDA events. Before each sample, outside the
-  timed region, a buffer twice the L2 size is zeroed so every sample starts with a cold L2 (so
-  rotating input copies would add nothing here: the flush has already evicted them).
-* ``cuda-graph``: ``n`` calls (cycling through rotated input sets) captured in one CUDA graph; a
-  sample is one replay between two events, divided by ``n``. Short calls are timed this way: one
-  event pair around a single 14 us decode call measures ~100 us of host launch overhead.
-* ``kernel-sum``: the samples of a graph (or event) timer, read by CUPTI through the PyTorch
-  profiler: the sum of the device activity each call launched. This is the kernels' own time, free
-  of host overhead and of the ~1 us gaps between kernels inside a replay; short CUDA calls use it.
+* ``cuda-event``: one call per sample between two CUDA events. Before each sample, outside the timed
+  region, a buffer twice the L2 size is zeroed so every sample starts with a cold L2.
+* ``cuda-graph``: ``n`` calls (cycling through rotated input sets) captured in one CUDA graph; a sample is
+  one replay between two events, divided by ``n`` (one event pair around a single 14 us decode call
+  measures ~100 us of host launch overhead).
+* ``kernel-sum``: the samples of a graph (or event) timer, read by CUPTI through the PyTorch profiler: the
+  sum of the device activity each call launched, free of host overhead and of the ~1 us gaps between
+  kernels inside a replay; short CUDA calls use it (an A/B arm traces a block's samples together).
 * ``cpu``: ``time.perf_counter`` around one call, for the CPU profile.
 
 :func:`choose_timer` picks by call length (``auto``: kernel-sum under 5 ms, events above; an A/B arm
@@ -29,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core.kernel_names import is_kernel, launch_mismatch
 from ..core.record import TimerPin
-from .profiler import device_activity
+from .profiler import device_activity, device_activity_in_order, split_samples
 
 if TYPE_CHECKING:
     import torch
@@ -228,6 +227,17 @@ class KernelSumTimer:
         busy = sum(sec for name, sec in activity if name not in self._flush_names)
         return busy / self.calls_per_sample
 
+    def samples(self, count: int) -> list[float]:
+        """``count`` graph samples in one trace (a trace costs the host milliseconds, many short replays), cut by
+        :func:`split_samples`; one by one where they cannot be cut so. First ``count`` untraced replays."""
+        if count > 1 and self.inner.kind == "cuda-graph":
+            self.replay_s += [self.inner.sample() for _ in range(count)]
+            busy = split_samples(device_activity_in_order(lambda: [self.inner.sample() for _ in range(count)]),
+                                 self._flush_names, count)
+            if busy is not None:
+                return [sec / self.calls_per_sample for sec in busy]
+        return [self.sample() for _ in range(count)]
+
 
 # ---- which timer, how many calls and input sets (pure) -------------------------------------------
 # A call shorter than this is captured in a CUDA graph and timed by the sum of its kernels' device
@@ -302,11 +312,10 @@ class BuiltTimer:
 
 def l2_condition(kind: str, sets: int, set_bytes: int, l2_bytes: int | None) -> str:
     """The cache condition a figure is for, in words."""
-    if kind == "cpu":
-        return "host caches as they are (CPU)"
+    if kind in ("cpu", "cuda-event"):
+        return "host caches as they are (CPU)" if kind == "cpu" else \
+            "cold L2: a buffer of twice the L2 zeroed before each call"
     mb = 1e6
-    if kind == "cuda-event":
-        return "cold L2: a buffer of twice the L2 zeroed before each call"
     l2 = f"L2 {l2_bytes / mb:.0f} MB" if l2_bytes else "L2 size unknown"
     if sets == 1:
         warm = l2_bytes is not None and set_bytes < 3 * l2_bytes
@@ -333,11 +342,10 @@ def build_timer(
     more_sets: Callable[[int], list[Step]],
     pin: TimerPin | None = None,
 ) -> BuiltTimer:
-    """The timer of ``kind`` (from :func:`choose_timer`) over ``steps`` (one per input set; the first
-    is the checked one). ``more_sets(n)`` makes up to ``n`` more rotated sets for graph timing (it may
-    make fewer: memory). Kernel-sum reads a call of :data:`GRAPH_THRESHOLD_S` or more over events (a
-    graph would only repeat a long call). ``pin`` (a baseline's record): its calls per sample, and its
-    input sets where memory allows -- kernel-sum with one call per sample is read over events. Capture
+    """The timer of ``kind`` (from :func:`choose_timer`) over ``steps`` (one per input set; the first is the
+    checked one). ``more_sets(n)`` makes up to ``n`` more rotated sets for graph timing (fewer: memory).
+    Kernel-sum reads a call of :data:`GRAPH_THRESHOLD_S` or more over events (a graph would only repeat a long
+    call). ``pin`` (a baseline's record): its calls per sample, and its input sets where memory allows. Capture
     failures fall back to events, missing CUPTI to the inner timer; the note says so."""
     if kind == "cpu" or flush is None:  # a CPU run, whatever was asked
         return BuiltTimer(CpuTimer(steps), "cpu", "", 1, steps=tuple(steps))
@@ -353,8 +361,7 @@ def build_timer(
     if pin is not None and pin.input_sets == len(steps) and pin.calls_per_sample % len(steps) == 0:
         calls = pin.calls_per_sample
     inner: CudaGraphTimer | CudaEventTimer
-    note = ""
-    capture = ""
+    note = capture = ""
     try:
         inner = CudaGraphTimer(steps, calls, flush)
         for _ in range(2):  # the first replays upload the graph

@@ -13,6 +13,7 @@ arms and hands each outcome to the controller in its test report.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from typing import Any
@@ -70,8 +71,9 @@ class AbRun:
         self._said = False
 
     def arms(self, session: AttnSession) -> tuple[list[ArmProcess], list[ArmProcess]]:
-        """Each arm's replicas (A1, A2), (B1, B2); a replica's process starts at its first request, so in the
-        order the first case asks them: A1 B1 B2 A2."""
+        """Each arm's replicas (A1, A2), (B1, B2). Their processes start together, importing torch and the
+        back ends' libraries at once; each is said hello to -- and touches the GPU -- at its first request, so
+        in the order the first case asks them: A1 B1 B2 A2."""
         if self._arms is None:
             origins = {o for n in session.backends if (o := session.registry.origin(n))}
             settings = settings_to_json(session.settings)
@@ -79,6 +81,9 @@ class AbRun:
                 [ArmProcess(f"{arm}{k + 1}", spec, Hello(settings, sorted(origins), spec.slowdown))
                  for k in range(REPLICAS)]
                 for arm, spec in zip("AB", self.specs, strict=True))
+            for arm in self._all():
+                with contextlib.suppress(ArmError):  # said when the first case asks it (and fails that case)
+                    arm.spawn([*session.backends, *filter(None, [arm.spec.backend])])
         assert self._arms is not None
         return self._arms
 

@@ -147,6 +147,9 @@ ANSWERS: dict[type, type] = {Hello: HelloAnswer, Prepare: PrepareAnswer, Block: 
                              Finish: Finished, Release: Released}
 REQUESTS: dict[str, type] = {kind.op: kind for kind in ANSWERS}  # type: ignore[attr-defined]
 BYE = '{"op": "bye"}'
+#: The environment variable that names, comma-separated, the back ends whose libraries a worker imports as it
+#: starts, before its first request (:meth:`~pytest_attn.engine.ab.processes.ArmProcess.spawn`).
+PRELOAD_ENV = "PYTEST_ATTN_ARM_PRELOAD"
 
 
 class WorkerError(Exception):

@@ -5,9 +5,9 @@ A B B A A B B A ..., until the pairs' ratio is known well enough or a cap is rea
 Pair ``i`` is the ``i``-th block of each arm; the two ran back to back, within a fraction of a second, so
 the clock and power state they saw is the same and their ratio keeps only the arms' difference. The
 alternating order (ABBA) cancels what runs first in a pair gaining or losing from it, and a clock drifting
-steadily within a pair. A block of short samples starts with one thrown away (the arm's first after the
-other's). The block statistic is the median of its samples. Where every block of both arms has its mean SM
-clock read on the GPU (:mod:`.clockprobe`), the pairs are judged in cycles (block time x that clock), the
+steadily within a pair. A block of short samples starts with a call thrown away (the arm's first after the
+other's, untraced). The block statistic is the median of its samples. Where every block of both arms has its
+mean SM clock read on the GPU (:mod:`.clockprobe`), the pairs are judged in cycles (block time x that clock), the
 stopping rule included: at a power cap the clock moves block by block and with where an arm's data sit.
 
 **Replicas.** Each arm is two worker processes, started and given each case in the order A1 B1 B2 A2;
@@ -50,7 +50,10 @@ class PairRule:
       (power-capped ones on an H200: a pair's ratio varied by 2-3 %) goes on until then;
     * ``pair-cap``: at ``max_pairs``.
 
-    A block lasts about ``block_s``: one sample where one sample is longer."""
+    A block lasts about ``block_s``: one sample where one sample is longer. A kernel-sum arm traces a block's
+    samples together (:meth:`~pytest_attn.engine.timers.KernelSumTimer.samples`), so a block of a short graph
+    holds hundreds of samples, not the ~10 that one trace per sample left room for in 50 ms: its median is
+    no less precise in 30 ms."""
 
     threshold: float = 0.02
     z: float = 3.0
@@ -62,7 +65,7 @@ class PairRule:
     #: the noise (``z`` widened standard errors, as a share of the threshold) the precision stop leaves at
     #: ``min_pairs`` (half the threshold x t's 1.5 at 8 pairs)
     decidable: float = 0.75
-    block_s: float = 0.05
+    block_s: float = 0.03
     min_block_samples: int = 3
     max_block_samples: int = 2000
     warm_below_s: float = 0.02  # a block of samples shorter than this starts with one thrown away

@@ -14,12 +14,25 @@ import selectors
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest_attn
 
-from .messages import BYE, PROTOCOL, A, Asking, Hello, HelloAnswer, Request, WorkerError, answer_of, to_line
+from .messages import (
+    BYE,
+    PRELOAD_ENV,
+    PROTOCOL,
+    A,
+    Asking,
+    Hello,
+    HelloAnswer,
+    Request,
+    WorkerError,
+    answer_of,
+    to_line,
+)
 from .spec import ArmSpec
 
 #: ``python -c BOOT PYTEST_ATTN_PARENT``: no current folder first on sys.path (``-c`` would put it there,
@@ -82,17 +95,30 @@ class ArmProcess:
         self.log = Path(tempfile.gettempdir()) / f"pytest-attn-arm-{label}-{os.getpid()}.log"
         self._proc: subprocess.Popen[str] | None = None
 
-    def _start(self) -> None:
+    def spawn(self, preload: Sequence[str] = ()) -> None:
+        """Start the worker's process where none runs, without a word to it: it imports torch and the
+        libraries of the back ends named in ``preload`` while the other arms' processes start too (an H100's
+        A/A spent ~30 s of its first case starting four workers one after another). What touches the GPU
+        waits for hello, which goes to each replica in the order of its first request."""
+        if self._proc is not None and self._proc.poll() is None:
+            return
         parent = str(Path(pytest_attn.__file__).resolve().parents[1])
         python = self.spec.python or sys.executable
+        env = arm_environment(self.spec, dict(os.environ))
+        env[PRELOAD_ENV] = ",".join(preload)
         log = self.log.open("a")
         try:
             self._proc = subprocess.Popen([python, "-c", BOOT, parent], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          stderr=log, text=True, env=arm_environment(self.spec, dict(os.environ)))
+                                          stderr=log, text=True, env=env)
         except OSError as exc:
             raise ArmError(f"arm {self.label} ({self.spec.text}): cannot start {python}: {exc}") from None
         finally:
             log.close()
+        self.about = None
+
+    def _start(self) -> None:
+        if self._proc is None or self._proc.poll() is not None:
+            self.spawn()
         try:
             about = self._exchange(self._hello)
         except ArmError:
@@ -106,8 +132,8 @@ class ArmProcess:
         self.about = about
 
     def ask(self, request: Asking[A]) -> A:
-        """The worker's answer to ``request`` (started first where it is not running)."""
-        if self._proc is None or self._proc.poll() is not None:
+        """The worker's answer to ``request`` (started, and said hello to, first where that is not done)."""
+        if self._proc is None or self._proc.poll() is not None or self.about is None:
             self._start()
         return self._exchange(request)  # type: ignore[arg-type]  # every Asking is a Request
 

@@ -37,12 +37,13 @@ from ..measure import Prepared, prepare, record_of
 from ..nvml import Nvml
 from ..probe import probe_device
 from ..runner import describe_failure, make_room
-from ..sampling import Sampling, take_sample
+from ..sampling import Sampling, take_samples
 from ..settings import CaseFailed, CaseSkipped, RunSettings, required_bytes
 from ..slowed import SlowedBackend
 from ..stopping import WarmupRule
 from .clockprobe import SmClockProbe, open_probe
 from .messages import (
+    PRELOAD_ENV,
     PROTOCOL,
     Block,
     BlockAnswer,
@@ -173,12 +174,11 @@ class Arm:
     def block(self, request: Block) -> BlockAnswer:
         assert self.ready is not None and self.nvml is not None, "prepare first"
         timer, nvml, kept = self.ready.built.timer, self.nvml, self.sampling
-        if request.warm:
-            timer.sample()  # the first sample after the other arm ran: caches and clocks are the other's
+        if request.warm:  # the first call after the other arm ran (caches and clocks are the other's), untraced
+            getattr(timer, "inner", timer).sample()
         start = self.clock.mark() if self.clock is not None else None
         first, t0 = len(kept.samples_s), time.perf_counter()
-        for _ in range(int(request.samples)):
-            take_sample(timer, kept, nvml.sm_clock_mhz, nvml.clocks_event_reasons)
+        take_samples(timer, kept, int(request.samples), nvml.sm_clock_mhz, nvml.clocks_event_reasons)
         wall = time.perf_counter() - t0
         kept.elapsed_s += wall
         mean = self.clock.mean_mhz(start, self.clock.mark()) if self.clock is not None else None
@@ -235,6 +235,28 @@ def answer(arm: Arm, request: Request) -> Any:
     return handler(request)
 
 
+def preload(names: str) -> list[str]:
+    """Import torch and the libraries of the back ends ``names`` (comma-separated) names, nothing on the GPU:
+    the arms' processes start together and do this at once, before the first request. Returns what could not
+    be imported (said again, with its reason, when a case asks for it)."""
+    missing = []
+    try:
+        import torch  # noqa: F401
+    except Exception:
+        return ["torch"]
+    wanted = [n for n in names.split(",") if n]
+    if not wanted:
+        return missing
+    registry = assemble_registry()
+    for name in wanted:
+        try:
+            if registry.get(name).available() is not None:
+                missing.append(name)
+        except Exception:  # a conftest back end, known after hello; a library that fails to import
+            missing.append(name)
+    return missing
+
+
 def main() -> int:
     for name in ("SIGINT", "SIGTERM", "SIGHUP"):  # sent to the process group: the controller stops its arms
         if hasattr(signal, name):
@@ -243,6 +265,7 @@ def main() -> int:
     os.dup2(2, 1)  # whatever a library prints goes to the log, not into the answers
     for quiet in QUIET_WARNINGS:
         quiet.install()
+    preload(os.environ.get(PRELOAD_ENV, ""))
     serve(sys.stdin, out, Arm(probe_device))
     return 0
 
