@@ -232,3 +232,31 @@ def test_the_phase_stops_once_settled_for_long_enough_or_at_its_cap():
     readings = load_phase.collect(never.replays(), 60, 6.0, never, clock=lambda: never.t)
     assert settled_at(readings) is None and 6.0 <= readings[-1].t_s < 6.1
     assert load_phase.calls_per_replay(15e-6, 4) == 3336 and load_phase.calls_per_replay(0.23, 1) == 1
+
+
+class _LongCalls(_Load):
+    """One 0.42 s call a replay (FA2's HunyuanVideo fwd on an H100), at a steady clock."""
+
+    def replays(self):
+        while True:
+            self.t += 0.42
+            self.energy += 670.0 * 0.42 * 1e3
+            yield 0.42
+
+
+def test_long_calls_are_watched_for_enough_calls_once_settled():
+    """Settled at once, 1.5 s is 3-4 such calls, over which NVML's coarse energy counter read -9 % on an H100:
+    the phase goes on for more than ten settled calls (under its cap), and says their energy."""
+    from pytest_attn.core.sustained import sustained
+    from pytest_attn.engine import load_phase
+
+    load = _LongCalls(lambda t: 1600.0)
+    readings = load_phase.collect(load.replays(), 1, 10.0, load, clock=lambda: load.t)
+    settled = settled_at(readings)
+    assert settled is not None and sum(r.calls for r in readings if r.t_s > settled) == load_phase.SETTLED_CALLS + 1
+    assert 4.0 < readings[-1].t_s < 10.0
+    figures = sustained(readings, 1e15, 0.42, 990.0)
+    assert figures.energy_per_call_j == pytest.approx(670.0 * 0.42, rel=1e-3) and figures.calls >= 10
+    capped = _LongCalls(lambda t: 1600.0)
+    readings = load_phase.collect(capped.replays(), 1, 3.0, capped, clock=lambda: capped.t)
+    assert 3.0 <= readings[-1].t_s < 3.5  # the cap still ends it

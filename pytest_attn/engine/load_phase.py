@@ -1,7 +1,8 @@
 """The sustained phase of one case (``--attn-sustained``), on a GPU: the case's call captured many times into one
 CUDA graph (its rotated input sets, as the burst timer rotates them; no L2 flush: back to back, as a model runs
 it), replayed back to back with the next replay always queued, NVML's SM clock, power and energy counter read
-after each replay ends -- until the load has settled and :data:`SETTLED_FOR_S` more have passed, or the cap.
+after each replay ends -- until the load has settled and :data:`SETTLED_FOR_S` (and :data:`SETTLED_CALLS`) more
+have passed, or the cap.
 The readings go to :func:`pytest_attn.core.sustained.sustained`. A call that cannot be captured is replayed
 eagerly, the same number of calls between two events. GPU I/O; torch is imported inside the functions."""
 
@@ -21,6 +22,10 @@ REPLAY_S = 0.05
 MAX_CALLS = 4000
 #: Once settled, the phase goes on this long: the figures are over at least this much settled load.
 SETTLED_FOR_S = 1.5
+#: ... and this many calls: NVML's energy counter steps coarsely, and over few long calls it misses. On an H100
+#: (2026-11-26) FA2's HunyuanVideo fwd (0.42 s a call) settled for 3 calls read 258 J a call where the counter
+#: over 20 calls read 284 J (-9 %; over 4 calls in another run: -1 %); cuDNN's, 7 calls, -5 %.
+SETTLED_CALLS = 10
 #: The shortest phase: a load that looks settled at once (a light kernel far from the cap) is still watched.
 MIN_PHASE_S = 2.0
 
@@ -52,7 +57,8 @@ def _replayer(steps: Sequence[Callable[[], Any]], calls: int) -> tuple[Callable[
 def collect(replays: Iterator[float], calls: int, cap_s: float, nvml: Nvml,
             clock: Callable[[], float] = time.perf_counter) -> list[Reading]:
     """Readings of back-to-back replays (each yields its device time as it ends), NVML read after each, until the
-    load has settled and :data:`SETTLED_FOR_S` more have passed (never before :data:`MIN_PHASE_S`), or ``cap_s``."""
+    load has settled and :data:`SETTLED_FOR_S` and :data:`SETTLED_CALLS` more have passed (never before
+    :data:`MIN_PHASE_S`), or ``cap_s``."""
     readings: list[Reading] = []
     t0 = clock()
     for gpu_s in replays:
@@ -61,7 +67,8 @@ def collect(replays: Iterator[float], calls: int, cap_s: float, nvml: Nvml,
         if t >= cap_s:
             break
         settled = settled_at(readings) if t >= MIN_PHASE_S else None
-        if settled is not None and t - settled >= SETTLED_FOR_S:
+        if settled is not None and t - settled >= SETTLED_FOR_S \
+                and sum(r.calls for r in readings if r.t_s > settled) > SETTLED_CALLS:
             break
     return readings
 
