@@ -239,7 +239,7 @@ def preload(names: str) -> list[str]:
     """Import torch and the libraries of the back ends ``names`` (comma-separated) names, nothing on the GPU:
     the arms' processes start together and do this at once, before the first request. Returns what could not
     be imported (said again, with its reason, when a case asks for it)."""
-    missing = []
+    missing: list[str] = []
     try:
         import torch  # noqa: F401
     except Exception:
