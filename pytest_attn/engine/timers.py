@@ -228,7 +228,7 @@ class KernelSumTimer:
         return busy / self.calls_per_sample
 
     def samples(self, count: int) -> list[float]:
-        """``count`` graph samples in one trace (a trace costs the host milliseconds, many short replays), cut by
+        """``count`` graph samples in one trace (about half the host time of one trace each), cut by
         :func:`split_samples`; one by one where they cannot be cut so. First ``count`` untraced replays."""
         if count > 1 and self.inner.kind == "cuda-graph":
             self.replay_s += [self.inner.sample() for _ in range(count)]
