@@ -58,24 +58,27 @@ def test_cpu_timer_cycles_input_sets(fake_clock):
     assert seen == [0, 1, 2, 0]
 
 
+class GraphInner:
+    """A CUDA-graph timer of four calls a replay whose replays read ``replay_s``; counts its samples."""
+
+    kind = "cuda-graph"
+    calls_per_sample = 4
+
+    def __init__(self, replay_s):
+        self.n, self.replay_s = 0, replay_s
+
+    def sample(self):
+        self.n += 1
+        return self.replay_s
+
+
 def test_kernel_sum_excludes_the_flush_and_divides_by_calls(monkeypatch):
-    class Inner:
-        kind = "cuda-graph"
-        calls_per_sample = 4
-
-        def __init__(self):
-            self.n = 0
-
-        def sample(self):
-            self.n += 1
-            return 30e-6
-
     activities = iter([
         [("FillFunctor<signed char>", 20e-6)],  # profiling the flush alone: learn its name
         [("FillFunctor<signed char>", 20e-6), ("flash_fwd_kernel", 10e-6), ("combine", 2e-6)] * 4,
     ])
     monkeypatch.setattr(timers, "device_activity", lambda run: (run(), next(activities))[1])
-    inner = Inner()
+    inner = GraphInner(30e-6)
     timer = timers.KernelSumTimer(inner, flush=lambda: None)
     assert timer.sample() == pytest.approx(12e-6)  # (10 + 2) us per call, flush left out
     assert timer.replay_s == [30e-6]  # the plain replay, kept for the launch-gap figure
@@ -83,25 +86,14 @@ def test_kernel_sum_excludes_the_flush_and_divides_by_calls(monkeypatch):
 
 
 def test_a_block_of_graph_samples_is_traced_once_and_cut_into_samples(monkeypatch):
-    """An A/B block traces its samples together (one profiler session costs the host milliseconds, a decode
-    step's replay tens of microseconds); each sample is the same run of kernels, the flush between them left
-    out -- the figures are those one trace per sample gives. Where the trace cannot be cut into equal runs of
+    """An A/B block traces its samples together (about half the host time of one trace per sample, on an
+    H100); each sample is the same run of kernels, the flush between them left out -- the figures are those
+    one trace per sample gives. Where the trace cannot be cut into equal runs of
     the same kernels, the samples are traced one by one."""
-    class Inner:
-        kind = "cuda-graph"
-        calls_per_sample = 4
-
-        def __init__(self):
-            self.n = 0
-
-        def sample(self):
-            self.n += 1
-            return 50e-6
-
     flush = ("FillFunctor<signed char>", 20e-6)
     replay = [("flash_fwd_kernel", 10e-6), ("Memset (Device)", 1e-6), ("combine", 2e-6)] * 4
     monkeypatch.setattr(timers, "device_activity", lambda run: (run(), [flush])[1])
-    timer = timers.KernelSumTimer(Inner(), flush=lambda: None)
+    timer = timers.KernelSumTimer(GraphInner(50e-6), flush=lambda: None)
     traces = []
 
     def in_order(run):
