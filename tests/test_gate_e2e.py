@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import json
+import re
 import shutil
 
 import pytest
@@ -182,8 +183,10 @@ def test_an_outlier_repeat_is_refused_when_added_and_cannot_blind_the_gate(run, 
     odd = run("--attn-add-to-baseline")
     assert odd.ret == pytest.ExitCode.OK
     odd.stdout.fnmatch_lines([f"*(a repeat added to 0 cases); refused for {count} case(s): their median here is more"
-                              " than 2x off the stored repeats'*",
-                              "  test_*steady-tiny*: 1*ms, 100x the stored repeats' median 1.*ms"])
+                              " than 2x off the stored repeats'*"])
+    ratios = [float(m) for m in re.findall(r"test_\S*steady-tiny\S*: 1\d\d(?:\.\d)? ms, ([\d.]+)x the stored repeats'"
+                                           r" median 1\.\d+ ms", odd.stdout.str())]
+    assert len(ratios) == count and all(95 <= r <= 105 for r in ratios), ratios  # 99.8-99.9x on a loaded CI machine
     monkeypatch.delenv("TIMES_SLOWER")
     stored = json.loads((pytester.path / "b" / KEY / "baseline.json").read_text())["benchmarks"]
     assert all(len(b["extra_info"]["timing"]["repeats_s"]) == 2 for b in stored)  # as they were
