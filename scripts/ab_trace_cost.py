@@ -19,7 +19,7 @@ from pytest_attn.core.codec import case_to_dict
 from pytest_attn.engine.ab.messages import Block, Hello, Prepare
 from pytest_attn.engine.ab.worker import Arm, settings_to_json
 from pytest_attn.engine.probe import probe_device
-from pytest_attn.engine.profiler import device_activity, device_activity_in_order, split_samples
+from pytest_attn.engine.profiler import device_activity, split_samples
 from pytest_attn.engine.runner import RunSettings
 
 
@@ -52,7 +52,7 @@ def main() -> None:
             flush = timer._flush_names
             one = device_activity(inner.sample)
             print("  one sample:", len(one), "activities;", sorted({name[:60] for name, _ in one}))
-            together = device_activity_in_order(lambda inner=inner: [inner.sample() for _ in range(3)])
+            together = device_activity(lambda inner=inner: [inner.sample() for _ in range(3)])
             print("  3 together:", len(together), "activities; cut:", split_samples(together, flush, 3))
             for n in (1, 10, 100):
                 wall, mid = timed(lambda n=n, timer=timer: timer.samples(n))

@@ -92,22 +92,21 @@ def test_a_block_of_graph_samples_is_traced_once_and_cut_into_samples(monkeypatc
     the same kernels, the samples are traced one by one."""
     flush = ("FillFunctor<signed char>", 20e-6)
     replay = [("flash_fwd_kernel", 10e-6), ("Memset (Device)", 1e-6), ("combine", 2e-6)] * 4
-    monkeypatch.setattr(timers, "device_activity", lambda run: (run(), [flush])[1])
-    timer = timers.KernelSumTimer(GraphInner(50e-6), flush=lambda: None)
-    traces = []
+    traces = [[flush]]  # profiling the flush alone: learn its name
 
-    def in_order(run):
+    def traced(run):
         run()
         return traces.pop(0)
 
-    monkeypatch.setattr(timers, "device_activity_in_order", in_order)
+    monkeypatch.setattr(timers, "device_activity", traced)
+    timer = timers.KernelSumTimer(GraphInner(50e-6), flush=lambda: None)
     traces.append([flush, *replay, flush, *replay[:-1], ("combine", 6e-6), flush, *replay])
     assert timer.samples(3) == pytest.approx([13e-6, 14e-6, 13e-6])  # per call: (10 + 1 + 2) us, B's 4 us more
     assert timer.inner.n == 6 and timer.replay_s == [50e-6] * 3  # three untraced replays, three traced
     one_by_one = [("flash_fwd_kernel", 40e-6)]
-    monkeypatch.setattr(timers, "device_activity", lambda run: (run(), one_by_one)[1])
-    traces.append([flush, *replay, flush, *replay[:5]])  # a sample lost kernels: not cut, traced one by one
-    assert timer.samples(2) == pytest.approx([10e-6, 10e-6])
+    traces += [[flush, *replay, flush, *replay[:5]], one_by_one, one_by_one]  # a sample lost kernels: not cut,
+    assert timer.samples(2) == pytest.approx([10e-6, 10e-6])  # traced one by one
+    traces.append(one_by_one)
     assert timer.samples(1) == pytest.approx([10e-6]) and not traces
 
 

@@ -18,25 +18,8 @@ from ..core.kernel_names import KernelCall, is_kernel, summarize
 
 def device_activity(run: Callable[[], Any]) -> list[tuple[str, float]]:
     """(name, seconds) of every kernel, memset and memcpy that ``run()`` put on the GPU, as CUPTI
-    records them through ``torch.profiler`` (device timestamps: no host time, no launch gaps)."""
-    import torch
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*Profiler clears events.*")
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            run()
-            torch.cuda.synchronize()
-    return [
-        (e.name, e.time_range.elapsed_us() / 1e6)
-        for e in prof.events()
-        if e.device_type == DeviceType.CUDA
-    ]
-
-
-def device_activity_in_order(run: Callable[[], Any]) -> list[tuple[str, float]]:
-    """:func:`device_activity`, ordered by when each activity started on the GPU."""
+    records them through ``torch.profiler`` (device timestamps: no host time, no launch gaps), in the
+    order they started on the GPU."""
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile

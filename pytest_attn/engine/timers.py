@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core.kernel_names import is_kernel, launch_mismatch
 from ..core.record import TimerPin
-from .profiler import device_activity, device_activity_in_order, split_samples
+from .profiler import device_activity, split_samples
 
 if TYPE_CHECKING:
     import torch
@@ -232,7 +232,7 @@ class KernelSumTimer:
         :func:`split_samples`; one by one where they cannot be cut so. First ``count`` untraced replays."""
         if count > 1 and self.inner.kind == "cuda-graph":
             self.replay_s += [self.inner.sample() for _ in range(count)]
-            busy = split_samples(device_activity_in_order(lambda: [self.inner.sample() for _ in range(count)]),
+            busy = split_samples(device_activity(lambda: [self.inner.sample() for _ in range(count)]),
                                  self._flush_names, count)
             if busy is not None:
                 return [sec / self.calls_per_sample for sec in busy]
