@@ -30,7 +30,7 @@ from ..engine.ab.processes import ArmError, ArmProcess, probe_environment
 from ..engine.ab.spec import ArmSpec, builds_lines
 from ..engine.ab.worker import settings_to_json
 from ..engine.settings import CaseFailed, CaseSkipped
-from ..verdicts.ab.paired import AbResult, paired
+from ..verdicts.ab.paired import AbResult, Paired, paired
 from ..verdicts.ab.summaries import markdown, terminal_lines, write_ab_reports
 from ..verdicts.runs import partial_note
 from .gate import append_job_summary, write_section
@@ -98,7 +98,8 @@ class AbRun:
         """Arm B's record of the case and the case's A/B outcome. Raises CaseSkipped or CaseFailed."""
         a, b = self.arms(session)
         try:
-            run = run_pair(self._cases(case), label, a, b, self.rule(session))
+            run = run_pair(self._cases(case), label, a, b, self.rule(session),
+                           judge=lambda pairs: judged(label, pairs, self.threshold).settled(self.threshold))
         except ArmError as exc:
             raise CaseFailed(f"{case.id}: {exc}") from None
         finally:
@@ -173,14 +174,20 @@ def result_of(name: str, case: AttnCase, run: PairRun, a: Record, b: Record, thr
                      else "" for r in (a, b))
     a_mhz, b_mhz = run.clocks()
     replicas = tuple(run.replicas) if len(set(run.replicas)) > 1 else ()
-    verdict = paired(name, run.a_s, run.b_s, threshold, a_mhz, b_mhz, measured=run.clocks_measured,
-                     replicas=replicas)
-    return AbResult(name, case.id, case.group, case.backend, verdict,
+    return AbResult(name, case.id, case.group, case.backend, judged(name, run, threshold),
                     a.median_s, b.median_s, run.stop, run.timer,
                     run.block_samples[-1] if run.block_samples else 0, run.elapsed_s,
                     (throttle[0], throttle[1]), (run.prepared[0].plan, run.prepared[1].plan),
                     (tuple(run.a_s), tuple(run.b_s)), (tuple(a_mhz), tuple(b_mhz)), replicas,
-                    prepare_s=run.prepare_s, records_s=run.records_s)
+                    prepare_s=run.prepare_s, records_s=run.records_s, places=run.places, replace_s=run.replace_s)
+
+
+def judged(name: str, run: PairRun, threshold: float) -> Paired:
+    """The paired verdict on a case's pairs so far (the run's stopping rule asks it, the outcome is it). Pure."""
+    a_mhz, b_mhz = run.clocks()
+    replicas = tuple(run.replicas) if len(set(run.replicas)) > 1 else ()
+    return paired(name, run.a_s, run.b_s, threshold, a_mhz, b_mhz, measured=run.clocks_measured,
+                  replicas=replicas)
 
 
 AB_RUN = pytest.StashKey[AbRun]()  # --attn-ab: the A/B run of this process

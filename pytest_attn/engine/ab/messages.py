@@ -63,6 +63,8 @@ class Prepare(Asking["PrepareAnswer"]):
     label: str = ""
     pin: dict[str, Any] | None = None  # timer, calls_per_sample, input_sets
     check: bool = True
+    #: set the case up again at a new place: the old set-up is held until the new one is made, the samples kept
+    replace: bool = False
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,17 @@ ratios, its noise the spread within each (:func:`~pytest_attn.core.stats.stratif
 arms' difference and loses the places'. The second replica of an arm times the case as the first did (A1's
 timer, calls per sample and input sets) and skips the reference check the first replica of its arm passed.
 
+**New places.** Two draws of place per arm average it only so far: the verdict counts what the replicas differ
+by as noise, so a case whose replicas land 1-4 % apart stays AMBIGUOUS however many pairs it takes (an H100
+``same+slowdown=2%`` run: 7 of 206 cases, 4 of them with replicas 1.4-2.9 % apart; an A/A: 19 AMBIGUOUS, most
+of them so). Where the stopping rule would stop but the verdict is still AMBIGUOUS (``judge``), every replica
+sets the case up again while holding its old set-up -- its data then sit elsewhere -- in the other order than
+last time, and the pairs go on, each replica of each set-up a stratum of its own (``PairRun.replicas``: replica
++ replicas x set-up), at a new set-up each round, until the noise cap, where the case is judged once. Not
+judged at every round and stopped once decided: the first places that happened to agree would decide it (on
+fake arms whose places move a case by 0.6 % SD, 21 of 200 A/As went SLOWER or FASTER so, and 11 of 200 2 %
+slowdowns SAME; judged once at the cap, none and none -- ``tests/test_ab.py``).
+
 Arms are anything with ``ask(request) -> answer`` (:class:`~pytest_attn.engine.arms.ArmProcess`; tests
 use fakes on a fake clock).
 """
@@ -36,6 +47,9 @@ from ...core.stats import at_equal_clock, median, stratified_log_ratio, t_wideni
 from ..settings import CaseFailed, CaseSkipped
 from .messages import Asks, Block, Finish, HandOver, Prepare, PrepareAnswer, Release
 
+#: Not a stop: the noise is low enough to stop, but the verdict is AMBIGUOUS -- go on, at new places.
+UNDECIDED = "undecided"
+
 
 @dataclass(frozen=True)
 class PairRule:
@@ -49,6 +63,10 @@ class PairRule:
     * ``noise-cap``: at ``noisy_time_s`` whatever the noise -- a case still too noisy at ``max_time_s``
       (power-capped ones on an H200: a pair's ratio varied by 2-3 %) goes on until then;
     * ``pair-cap``: at ``max_pairs``.
+
+    A precision or time-cap stop whose verdict is not decided yet (``decided`` says False) is not taken: before
+    ``noisy_time_s`` :data:`UNDECIDED` says to go on at new places (see the module), from then on it is the
+    noise cap.
 
     A block lasts about ``block_s``: one sample where one sample is longer. A kernel-sum arm traces a block's
     samples together (:meth:`~pytest_attn.engine.timers.KernelSumTimer.samples`): on an H100, 10 samples of a
@@ -71,21 +89,27 @@ class PairRule:
     max_block_samples: int = 2000
     warm_below_s: float = 0.02  # a block of samples shorter than this starts with one thrown away
 
-    def stop(self, a: list[float], b: list[float], elapsed_s: float, replicas: list[int] | None = None) -> str | None:
-        """Why to stop now, or None; only at a whole round (each replica's pairs in both orders)."""
+    def stop(self, a: list[float], b: list[float], elapsed_s: float, replicas: list[int] | None = None,
+             round_pairs: int | None = None, decided: Callable[[], bool] | None = None) -> str | None:
+        """Why to stop now, :data:`UNDECIDED`, or None; only at a whole round (each replica's pairs in both
+        orders: ``round_pairs``, by default two per stratum of ``replicas``)."""
         n, strata = len(a), len(set(replicas)) if replicas else 1
-        if n % (2 * strata) or n < min(self.min_pairs, self.min_capped_pairs):
+        if n % (round_pairs or 2 * strata) or n < min(self.min_pairs, self.min_capped_pairs):
             return None
         if n >= self.max_pairs:
             return "pair-cap"
         _, se = stratified_log_ratio(a, b, replicas or [])
+        reason = None
         if n >= self.min_pairs and self.z * se <= self.threshold / 2:
-            return "precision"
-        if n < self.min_capped_pairs or elapsed_s < self.max_time_s:
-            return None
-        if self.z * se * t_widening(self.z, n - strata + 1) <= self.decidable * self.threshold:
-            return "time-cap"
-        return "noise-cap" if elapsed_s >= self.noisy_time_s else None
+            reason = "precision"
+        elif n >= self.min_capped_pairs and elapsed_s >= self.max_time_s \
+                and self.z * se * t_widening(self.z, n - strata + 1) <= self.decidable * self.threshold:
+            reason = "time-cap"
+        if reason and decided is not None and not decided():
+            return UNDECIDED if elapsed_s < self.noisy_time_s else "noise-cap"
+        if reason:
+            return reason
+        return "noise-cap" if n >= self.min_capped_pairs and elapsed_s >= self.noisy_time_s else None
 
     def samples(self, wall_per_sample_s: float | None) -> int:
         """Samples in a block of about ``block_s`` (one, where one sample is longer)."""
@@ -108,7 +132,10 @@ class PairRun:
     a_mean_mhz: list[float | None] = field(default_factory=list)
     b_mean_mhz: list[float | None] = field(default_factory=list)
     block_samples: list[int] = field(default_factory=list)
-    replicas: list[int] = field(default_factory=list)  # which replica of each arm took each pair
+    #: which replica of each arm took each pair, and at which of its set-ups: replica + replicas x (place - 1)
+    replicas: list[int] = field(default_factory=list)
+    places: int = 1  # set-ups of each replica (new places where the verdict was undecided)
+    replace_s: float = 0.0  # setting the case up at new places, within elapsed_s
     stop: str = ""
     elapsed_s: float = 0.0  # the pairs' blocks, from the first to the stop
     prepare_s: float = 0.0  # every replica setting the case up (before the first pair)
@@ -176,9 +203,12 @@ def _prepared(arm: Asks, request: Prepare, holding: list[Asks]) -> PrepareAnswer
 
 
 def run_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replicas, b: Replicas, rule: PairRule,
-             clock: Callable[[], float] = time.perf_counter) -> PairRun:
+             clock: Callable[[], float] = time.perf_counter,
+             judge: Callable[[PairRun], bool] | None = None) -> PairRun:
     """Prepare every replica, take pairs of blocks in ABBA order, replica after replica, until ``rule``
-    stops, and each arm's record (its first replica's, with the other's samples)."""
+    stops, and each arm's record (its first replica's, with the other's samples). ``judge``: whether the
+    pairs so far decide the verdict; where they do not at a stop, every replica sets the case up again (new
+    places, :func:`replace_all`) and the pairs go on (see the module)."""
     if len(a) != len(b) or not a:
         raise ValueError(f"{len(a)} replicas of A against {len(b)} of B; give each arm as many")
     started = clock()
@@ -186,6 +216,7 @@ def run_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replic
     run.prepare_s = clock() - started
     per_sample = max(p.estimate_s * p.calls_per_sample for p in run.prepared)
     samples, t0 = rule.samples(per_sample), clock()
+    replace_cost = run.prepare_s  # the first set-up checked and compiled: the most a new one can cost
     while True:
         n = len(run.a_s)
         k = (n // 2) % len(a)
@@ -200,10 +231,19 @@ def run_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replic
             mhz.append(median(clocks) if clocks else None)
             mean.append(block.mean_mhz)
         run.block_samples.append(samples)
-        run.replicas.append(k)
+        run.replicas.append(k + len(a) * (run.places - 1))
         run.elapsed_s = clock() - t0
-        stop = rule.stop(*run.judged(), run.elapsed_s, run.replicas if len(a) > 1 else None)
-        if stop:
+        strata = run.replicas if len(set(run.replicas)) > 1 else None
+        stop = rule.stop(*run.judged(), run.elapsed_s, strata, 2 * len(a),
+                         None if judge is None else (lambda: run.places == 1 and judge(run)))
+        if stop == UNDECIDED:
+            if run.elapsed_s + replace_cost < rule.noisy_time_s:
+                began = clock()
+                replace_all(cases, label, a, b, run.prepared[0], first_b=run.places % 2 == 1)
+                replace_cost = clock() - began
+                run.replace_s += replace_cost
+                run.places += 1
+        elif stop:
             run.stop = stop
             break
         per_sample = max(blocks[id(x)].wall_s / samples for x in order)
@@ -212,6 +252,22 @@ def run_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replic
     run.records = (_finish(a, run.stop, diagnose=False), _finish(b, run.stop, diagnose=True))
     run.records_s = clock() - ended
     return run
+
+
+def replace_all(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replicas, b: Replicas,
+                first: PrepareAnswer, first_b: bool) -> None:
+    """Every replica sets the case up again, unchecked, timed as before, holding its old set-up meanwhile (its
+    new data sit elsewhere): A1 B1 B2 A2, or B1 A1 A2 B2 where ``first_b``. CaseFailed (naming the arm) where
+    one cannot; then none holds the case."""
+    for k in range(len(a)):
+        pair = ((a[k], cases[0]), (b[k], cases[1]))
+        for arm, case in pair[::-1] if (k % 2 == 1) != first_b else pair:
+            answer = arm.ask(Prepare(case, label, first.pin(), check=False, replace=True))
+            if not answer.ok:
+                for other in (*a, *b):
+                    other.ask(Release())
+                raise CaseFailed(f"arm {arm.label}, setting the case up at a new place: "
+                                 f"{answer.fail or answer.skip or answer}")
 
 
 def _finish(replicas: Replicas, stop: str, diagnose: bool) -> dict[str, Any]:

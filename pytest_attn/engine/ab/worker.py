@@ -4,8 +4,9 @@ The controller (:mod:`.processes`) starts two per arm, each in its arm's environ
 their stdin/stdout (anything else the libraries print goes to stderr, a log file): the typed requests and
 answers of :mod:`.messages`, one answer line per request. ``prepare`` runs the case's setup, the check against
 the reference (not in a second replica), the warm-up and the timer; ``block`` samples; ``hand_over`` and
-``finish`` build the arm's record over both replicas' samples; ``release`` drops the case. A block's mean SM
-clock is read on the GPU (:mod:`.clockprobe`).
+``finish`` build the arm's record over both replicas' samples; ``release`` drops the case; ``prepare`` with
+``replace`` sets the case up again while holding the old set-up (new places for its data), the samples kept. A
+block's mean SM clock is read on the GPU (:mod:`.clockprobe`).
 
 It ignores SIGINT, SIGTERM and SIGHUP (Ctrl-C, GNU ``timeout`` and a closed terminal signal the whole
 process group: the controller finishes the run as after Ctrl-C and stops its arms) and ends at ``bye`` or
@@ -143,6 +144,8 @@ class Arm:
 
     def prepare(self, request: Prepare) -> PrepareAnswer:
         assert self.registry is not None and self.device is not None, "hello first"
+        if request.replace and self.ready is not None:
+            return self._replace(request)
         self.release(Release())
         case = case_from_dict(request.case)
         backend = self.registry.get(case.backend)
@@ -164,6 +167,34 @@ class Arm:
                              plan=getattr(backend, "last_plan", ""),
                              check=f"{check.rows} rows, max error {check.max_error:.3g} of {check.allowed:.3g}"
                              " allowed" if check is not None else "not checked (--attn-no-verify)")
+
+    def _replace(self, request: Prepare) -> PrepareAnswer:
+        """The case set up again, unchecked and pinned, while the old set-up is held -- so the new one's data
+        sit elsewhere in memory -- then the old one dropped; the samples so far kept. Where both do not fit,
+        the old one goes first."""
+        assert self.ready is not None and self.device is not None
+        old, kept = self.ready, self.sampling
+        settings = dataclasses.replace(self.settings, pin=TimerPin(**request.pin) if request.pin else None,
+                                       verify=False, warmup=SECOND_REPLICA_WARMUP)
+        try:
+            try:
+                free = make_room(old.case, old.backend, self.device, settings)
+            except CaseSkipped:  # not twice: in whatever place the old one leaves
+                self.release(Release())
+                free = make_room(old.case, old.backend, self.device, settings)
+            ready = prepare(old.case, old.backend, self.device, settings, free, request.label or old.case.id)
+        except (CaseSkipped, Unsupported) as exc:
+            return self._failed(str(exc))
+        except CaseFailed as exc:
+            return self._failed(str(exc))
+        except Exception as exc:
+            return self._failed(describe_failure(old.case, exc))
+        del old
+        self.release(Release())  # the old set-up (where it is still held) and its memory, back to the driver
+        self.ready, self.sampling = ready, kept
+        return PrepareAnswer(ok=True, timer=ready.built.kind, input_sets=ready.built.input_sets,
+                             calls_per_sample=ready.built.timer.calls_per_sample,
+                             estimate_s=ready.warmup.estimate_s, plan=getattr(ready.backend, "last_plan", ""))
 
     def _failed(self, message: str) -> PrepareAnswer:
         """A failed case's frames (its tensors, an out-of-memory maybe) are freed before the answer."""

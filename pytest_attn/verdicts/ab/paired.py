@@ -76,6 +76,17 @@ class Paired:
         """B/A - 1 in time, whatever the basis."""
         return self.change if self.time_change is None else self.time_change
 
+    def settled(self, threshold: float) -> bool:
+        """Whether pairs at one set-up of each replica may stop at this verdict: SAME by under a quarter of the
+        threshold, or SLOWER or FASTER by the threshold or more. Two draws of place per arm can agree by chance,
+        either way: on fake arms whose places move a case by 0.3-0.5 % (SD; one in ten by 1.5 % more), an A/A
+        stopped at its first verdict was SLOWER or FASTER in 0-5 of 100, each by 1.1-1.8 %, and a 2 % slowdown
+        SAME in 1-3. Anything else is measured on at new places (:mod:`pytest_attn.engine.ab.pairing`). On an H100
+        (2026-11-26) 9 of the A/A's 187 SAME cases and 34 of the 2 % run's 206 cases were not settled at first."""
+        if self.verdict == "SAME":
+            return abs(self.change) < threshold / 4
+        return self.verdict in ("SLOWER", "FASTER") and abs(self.change) >= threshold
+
     def interval(self) -> tuple[float, float]:
         """The change's 95 % confidence interval (Student's t on the mean log ratio), on its basis."""
         centre = math.log1p(self.change)
@@ -193,6 +204,8 @@ class AbResult:
     replicas: tuple[int, ...] = ()  # which replica of each arm took each pair (engine.pairing); () for one
     prepare_s: float = 0.0  # every replica setting the case up, before the first pair
     records_s: float = 0.0  # the arms' records after the last pair
+    places: int = 1  # each replica's set-ups: more than one where the verdict was undecided (engine.pairing)
+    replace_s: float = 0.0  # setting the case up at new places, within elapsed_s
 
     @property
     def replica_changes(self) -> dict[int, float]:
@@ -249,9 +262,13 @@ class AbResult:
                        " (--attn-max-time) or lock the clocks")
         halves = self.replica_changes
         if halves and max(halves.values()) - min(halves.values()) >= REPLICA_NOTE:
-            said = ", ".join(f"{_REPLICA_WORDS.get(k, f'replica {k + 1}')} {v:+.2%}" for k, v in halves.items())
-            out.append(f"the arms' replicas disagree ({said}): where a process sits (which started and allocated"
-                       " first) moves this case; the verdict is on their mean, where that cancels")
+            said = ", ".join(f"{_stratum_words(k, self.places)} {v:+.2%}" for k, v in halves.items())
+            out.append(f"the arms' replicas disagree ({said}): where a process's data sit (which started and"
+                       " allocated first) moves this case; the verdict is on their mean, where that cancels")
+        if self.places > 1:
+            out.append(f"set up {self.places} times in every replica (data at new places, {self.replace_s:.1f} s):"
+                       " precise enough to stop, the pairs did not decide the verdict at first; judged at the"
+                       f" {self.stop}")
         if self.paired.dropped:
             out.append(f"{self.paired.dropped} pair(s) left out: their ratio was over twice or under half the others'"
                        " median (a block the machine stalled)")
@@ -288,6 +305,13 @@ class AbResult:
 #: What ab.json carries beside the fields, derived from them (for its readers; read back, it is derived again).
 DERIVED = ("interval", "a_mhz", "b_mhz", "cycles_change", "clocks_measured", "replica_changes")
 _REPLICA_WORDS = {0: "A1/B1 (A started and prepared first)", 1: "A2/B2 (B first)"}
+
+
+def _stratum_words(label: int, places: int) -> str:
+    """A stratum of the pairs in words: its replicas, and their set-up where there were several."""
+    if places <= 1:
+        return _REPLICA_WORDS.get(label, f"replica {label + 1}")
+    return f"A{label % 2 + 1}/B{label % 2 + 1} set-up {label // 2 + 1}"
 
 
 def _median_clock(mhz: Sequence[float | None]) -> float | None:

@@ -50,9 +50,13 @@ def counts(results: Sequence[AbResult]) -> str:
 
 def cost(results: Sequence[AbResult]) -> str:
     """Where the A/B's time went, over its cases: every replica setting each case up, the pairs, the records."""
-    prepare, pairs, records = (sum(getattr(r, f) for r in results) for f in ("prepare_s", "elapsed_s", "records_s"))
+    prepare, pairs, records, again = (sum(getattr(r, f) for r in results)
+                                      for f in ("prepare_s", "elapsed_s", "records_s", "replace_s"))
+    replaced = sum(1 for r in results if r.places > 1)
+    more = (f" ({again:.1f} s of it setting {replaced} undecided case(s) up again at new places)" if replaced
+            else "")
     return (f"time over {len(results)} case(s): setting each case up in every arm's replicas {prepare:.1f} s, the"
-            f" pairs {pairs:.1f} s, the arms' records {records:.1f} s")
+            f" pairs {pairs:.1f} s{more}, the arms' records {records:.1f} s")
 
 
 def explain(r: AbResult, threshold: float) -> str:
