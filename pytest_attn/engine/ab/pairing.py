@@ -23,13 +23,15 @@ timer, calls per sample and input sets) and skips the reference check the first 
 **New places.** Two draws of place per arm average it only so far: the verdict counts what the replicas differ
 by as noise, so a case whose replicas land 1-4 % apart stays AMBIGUOUS however many pairs it takes (an H100
 ``same+slowdown=2%`` run: 7 of 206 cases, 4 of them with replicas 1.4-2.9 % apart; an A/A: 19 AMBIGUOUS, most
-of them so). Where the stopping rule would stop but the verdict is still AMBIGUOUS (``judge``), every replica
-sets the case up again while holding its old set-up -- its data then sit elsewhere -- in the other order than
-last time, and the pairs go on, each replica of each set-up a stratum of its own (``PairRun.replicas``: replica
-+ replicas x set-up), at a new set-up each round, until the noise cap, where the case is judged once. Not
-judged at every round and stopped once decided: the first places that happened to agree would decide it (on
-fake arms whose places move a case by 0.6 % SD, 21 of 200 A/As went SLOWER or FASTER so, and 11 of 200 2 %
-slowdowns SAME; judged once at the cap, none and none -- ``tests/test_ab.py``).
+of them so). Where the stopping rule would stop but the first verdict is not settled (``judge``:
+:meth:`~pytest_attn.verdicts.ab.paired.Paired.settled`), every replica sets the case up again while holding its
+old set-up -- its data then sit elsewhere -- in the other order than last time, and the pairs go on, each
+replica of each set-up a stratum of its own (``PairRun.replicas``: replica + replicas x set-up), at a new set-up
+each round, until the noise cap (and at least as long again as it took to be undecided:
+:meth:`PairRule.undecided_cap`), where the case is judged once. On an H100 (2026-11-26) a replica's set-ups read
+one decode step -1.8 to +0.7 % apart: the place is the data's, not the process's. Not judged at every round and
+stopped once decided: places that happened to agree would decide it (on fake arms whose places move a case by
+0.6 % SD, one in ten by 1.5 % more, 21 of 200 A/As went SLOWER or FASTER so, and 11 of 200 2 % slowdowns SAME).
 
 Arms are anything with ``ask(request) -> answer`` (:class:`~pytest_attn.engine.arms.ArmProcess`; tests
 use fakes on a fake clock).
@@ -45,7 +47,7 @@ from typing import Any
 
 from ...core.stats import at_equal_clock, median, stratified_log_ratio, t_widening
 from ..settings import CaseFailed, CaseSkipped
-from .messages import Asks, Block, Finish, HandOver, Prepare, PrepareAnswer, Release
+from .messages import Asks, Block, BlockAnswer, Finish, HandOver, Prepare, PrepareAnswer, Release
 
 #: Not a stop: the noise is low enough to stop, but the verdict is AMBIGUOUS -- go on, at new places.
 UNDECIDED = "undecided"
@@ -60,8 +62,11 @@ class PairRule:
     * ``time-cap``: after ``min_capped_pairs``, once both arms' blocks together took ``max_time_s`` and the
       noise, widened by Student's t for the pairs taken (as the verdict widens it), is within
       ``decidable`` of the threshold -- long calls, such as HunyuanVideo's 1.5 s step, get few pairs;
-    * ``noise-cap``: at ``noisy_time_s`` whatever the noise -- a case still too noisy at ``max_time_s``
-      (power-capped ones on an H200: a pair's ratio varied by 2-3 %) goes on until then;
+    * ``noise-cap``: at ``noisy_time_s`` whatever the noise, once ``min_pairs`` are taken -- a case still too
+      noisy at ``max_time_s`` (power-capped ones on an H200: a pair's ratio varied by 2-3 %) goes on until then;
+      a long step's four pairs, past it already, are not enough (on an H100 two HunyuanVideo fwd+bwd steps
+      slowed by 2 % on purpose stopped there at +2.2 and +2.5 %, AMBIGUOUS: their noise from three degrees of
+      freedom, taken x3.1);
     * ``pair-cap``: at ``max_pairs``.
 
     A precision or time-cap stop whose verdict is not decided yet (``decided`` says False) is not taken: before
@@ -90,9 +95,11 @@ class PairRule:
     warm_below_s: float = 0.02  # a block of samples shorter than this starts with one thrown away
 
     def stop(self, a: list[float], b: list[float], elapsed_s: float, replicas: list[int] | None = None,
-             round_pairs: int | None = None, decided: Callable[[], bool] | None = None) -> str | None:
+             round_pairs: int | None = None, decided: Callable[[], bool] | None = None,
+             undecided_s: float | None = None) -> str | None:
         """Why to stop now, :data:`UNDECIDED`, or None; only at a whole round (each replica's pairs in both
-        orders: ``round_pairs``, by default two per stratum of ``replicas``)."""
+        orders: ``round_pairs``, by default two per stratum of ``replicas``). ``undecided_s``: when the verdict
+        was first found undecided (:meth:`undecided_cap`)."""
         n, strata = len(a), len(set(replicas)) if replicas else 1
         if n % (round_pairs or 2 * strata) or n < min(self.min_pairs, self.min_capped_pairs):
             return None
@@ -106,10 +113,18 @@ class PairRule:
                 and self.z * se * t_widening(self.z, n - strata + 1) <= self.decidable * self.threshold:
             reason = "time-cap"
         if reason and decided is not None and not decided():
-            return UNDECIDED if elapsed_s < self.noisy_time_s else "noise-cap"
+            cap = self.undecided_cap(elapsed_s if undecided_s is None else undecided_s)
+            return UNDECIDED if elapsed_s < cap else "noise-cap"
         if reason:
             return reason
-        return "noise-cap" if n >= self.min_capped_pairs and elapsed_s >= self.noisy_time_s else None
+        return "noise-cap" if n >= self.min_pairs and elapsed_s >= self.noisy_time_s else None
+
+    def undecided_cap(self, undecided_s: float) -> float:
+        """How long a case whose verdict was first undecided after ``undecided_s`` goes on: to the noise cap, and
+        at least as long again. A 1.5 s HunyuanVideo fwd+bwd step has its four pairs at 8-13 s, past the noise
+        cap of ``--attn-max-time=1``: stopped there, 2 of 5 slowed by 2 % on purpose were AMBIGUOUS (+2.2 and
+        +2.5 %, the noise of four pairs taken x3.1) on an H100."""
+        return max(self.noisy_time_s, 2 * undecided_s)
 
     def samples(self, wall_per_sample_s: float | None) -> int:
         """Samples in a block of about ``block_s`` (one, where one sample is longer)."""
@@ -136,6 +151,7 @@ class PairRun:
     replicas: list[int] = field(default_factory=list)
     places: int = 1  # set-ups of each replica (new places where the verdict was undecided)
     replace_s: float = 0.0  # setting the case up at new places, within elapsed_s
+    undecided_s: float | None = None  # when the verdict was first found undecided (PairRule.undecided_cap)
     stop: str = ""
     elapsed_s: float = 0.0  # the pairs' blocks, from the first to the stop
     prepare_s: float = 0.0  # every replica setting the case up (before the first pair)
@@ -157,6 +173,16 @@ class PairRun:
     def clocks(self) -> tuple[list[float | None], list[float | None]]:
         """The block clocks the verdict uses: the measured means where every block has one, else NVML's."""
         return (self.a_mean_mhz, self.b_mean_mhz) if self.clocks_measured else (self.a_mhz, self.b_mhz)
+
+    def add(self, a: BlockAnswer, b: BlockAnswer, samples: int) -> None:
+        """A pair: each arm's block median, its NVML clock (the median of the samples' readings) and its mean."""
+        for block, times, mhz, mean in ((a, self.a_s, self.a_mhz, self.a_mean_mhz),
+                                        (b, self.b_s, self.b_mhz, self.b_mean_mhz)):
+            times.append(median(block.times))
+            clocks = [c for c in block.clocks if c]
+            mhz.append(median(clocks) if clocks else None)
+            mean.append(block.mean_mhz)
+        self.block_samples.append(samples)
 
     def judged(self) -> tuple[list[float], list[float]]:
         """What the pairs are judged on, the stopping rule included: time at equal clock (time x mean clock **
@@ -223,21 +249,15 @@ def run_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replic
         order = (a[k], b[k]) if n % 2 == 0 else (b[k], a[k])
         warm = per_sample < rule.warm_below_s
         blocks = {id(arm): arm.ask(Block(samples, warm)) for arm in order}
-        for arm, times, mhz, mean in ((a[k], run.a_s, run.a_mhz, run.a_mean_mhz),
-                                      (b[k], run.b_s, run.b_mhz, run.b_mean_mhz)):
-            block = blocks[id(arm)]
-            times.append(median(block.times))
-            clocks = [c for c in block.clocks if c]
-            mhz.append(median(clocks) if clocks else None)
-            mean.append(block.mean_mhz)
-        run.block_samples.append(samples)
+        run.add(blocks[id(a[k])], blocks[id(b[k])], samples)
         run.replicas.append(k + len(a) * (run.places - 1))
         run.elapsed_s = clock() - t0
         strata = run.replicas if len(set(run.replicas)) > 1 else None
         stop = rule.stop(*run.judged(), run.elapsed_s, strata, 2 * len(a),
-                         None if judge is None else (lambda: run.places == 1 and judge(run)))
+                         None if judge is None else (lambda: run.places == 1 and judge(run)), run.undecided_s)
         if stop == UNDECIDED:
-            if run.elapsed_s + replace_cost < rule.noisy_time_s:
+            run.undecided_s = run.elapsed_s if run.undecided_s is None else run.undecided_s
+            if run.elapsed_s + replace_cost < rule.undecided_cap(run.undecided_s):
                 began = clock()
                 replace_all(cases, label, a, b, run.prepared[0], first_b=run.places % 2 == 1)
                 replace_cost = clock() - began
