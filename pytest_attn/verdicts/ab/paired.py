@@ -79,10 +79,10 @@ class Paired:
     def settled(self, threshold: float) -> bool:
         """Whether pairs at one set-up of each replica may stop at this verdict: SAME by under a quarter of the
         threshold, or SLOWER or FASTER by the threshold or more. Two draws of place per arm can agree by chance,
-        either way: on fake arms whose places move a case by 0.3-0.5 % (SD; one in ten by 1.5 % more), an A/A
-        stopped at its first verdict was SLOWER or FASTER in 0-5 of 100, each by 1.1-1.8 %, and a 2 % slowdown
-        SAME in 1-3. Anything else is measured on at new places (:mod:`pytest_attn.engine.ab.pairing`). On an H100
-        (2026-11-26) 9 of the A/A's 187 SAME cases and 34 of the 2 % run's 206 cases were not settled at first."""
+        either way: on fake arms whose places move a case by 0.3-0.5 % (SD; one in twenty to one in ten by 1.5 %
+        more), an A/A stopped at its first verdict was SLOWER or FASTER in 0-5 of 100 (each by 1.0-1.8 %), and a
+        2 % slowdown SAME in 0-3. Anything else is measured on at new places (:mod:`pytest_attn.engine.ab.pairing`).
+        On an H100 (2026-11-26) 23 and 30 of two A/As' 206 cases went on so, and 40 of a 2 % run's."""
         if self.verdict == "SAME":
             return abs(self.change) < threshold / 4
         return self.verdict in ("SLOWER", "FASTER") and abs(self.change) >= threshold
