@@ -610,3 +610,14 @@ def test_a_worker_sets_a_case_up_again_elsewhere_and_keeps_its_samples():
     assert len(arm.sampling.samples_s) == 7
     fresh = arm.prepare(Prepare(case_to_dict(dense("sdpa-math"))))  # a new case: samples start again
     assert fresh.ok and arm.sampling.samples_s == []
+
+
+def test_set_ups_that_disagree_are_said_as_a_range():
+    replicas = tuple(k for k in range(6) for _ in range(2))
+    a = tuple(1e-4 for _ in replicas)
+    b = tuple(1e-4 * (1.015 if k == 0 else 1.0) for k in replicas)
+    result = AbResult("t::a", "a", "g", "sdpa-math", paired("t::a", a, b, replicas=replicas), 1e-4, 1e-4,
+                      stop="noise-cap", blocks=(a, b), replicas=replicas, places=3, replace_s=1.2)
+    notes = " ".join(result.notes())
+    assert "the arms' replicas disagree (+0.00% to +1.50% over 6 replica set-ups)" in notes
+    assert "set up 3 times in every replica (data at new places, 1.2 s)" in notes and "at the noise-cap" in notes

@@ -49,7 +49,7 @@ from ...core.stats import at_equal_clock, median, stratified_log_ratio, t_wideni
 from ..settings import CaseFailed, CaseSkipped
 from .messages import Asks, Block, BlockAnswer, Finish, HandOver, Prepare, PrepareAnswer, Release
 
-#: Not a stop: the noise is low enough to stop, but the verdict is AMBIGUOUS -- go on, at new places.
+#: Not a stop: the noise is low enough to stop, but the verdict is not settled -- go on, at new places.
 UNDECIDED = "undecided"
 
 
@@ -69,8 +69,8 @@ class PairRule:
       freedom, taken x3.1);
     * ``pair-cap``: at ``max_pairs``.
 
-    A precision or time-cap stop whose verdict is not decided yet (``decided`` says False) is not taken: before
-    ``noisy_time_s`` :data:`UNDECIDED` says to go on at new places (see the module), from then on it is the
+    A precision or time-cap stop whose verdict is not settled (``decided`` says False) is not taken: until
+    :meth:`undecided_cap` :data:`UNDECIDED` says to go on at new places (see the module), from then on it is the
     noise cap.
 
     A block lasts about ``block_s``: one sample where one sample is longer. A kernel-sum arm traces a block's

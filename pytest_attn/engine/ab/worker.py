@@ -183,9 +183,7 @@ class Arm:
                 self.release(Release())
                 free = make_room(old.case, old.backend, self.device, settings)
             ready = prepare(old.case, old.backend, self.device, settings, free, request.label or old.case.id)
-        except (CaseSkipped, Unsupported) as exc:
-            return self._failed(str(exc))
-        except CaseFailed as exc:
+        except (CaseSkipped, Unsupported, CaseFailed) as exc:
             return self._failed(str(exc))
         except Exception as exc:
             return self._failed(describe_failure(old.case, exc))

@@ -262,12 +262,14 @@ class AbResult:
                        " (--attn-max-time) or lock the clocks")
         halves = self.replica_changes
         if halves and max(halves.values()) - min(halves.values()) >= REPLICA_NOTE:
-            said = ", ".join(f"{_stratum_words(k, self.places)} {v:+.2%}" for k, v in halves.items())
+            said = ", ".join(f"{_REPLICA_WORDS.get(k, f'replica {k + 1}')} {v:+.2%}" for k, v in halves.items()) \
+                if self.places == 1 else f"{min(halves.values()):+.2%} to {max(halves.values()):+.2%} over" \
+                f" {len(halves)} replica set-ups"
             out.append(f"the arms' replicas disagree ({said}): where a process's data sit (which started and"
                        " allocated first) moves this case; the verdict is on their mean, where that cancels")
         if self.places > 1:
             out.append(f"set up {self.places} times in every replica (data at new places, {self.replace_s:.1f} s):"
-                       " precise enough to stop, the pairs did not decide the verdict at first; judged at the"
+                       " precise enough to stop, the pairs did not settle the verdict at first; judged at the"
                        f" {self.stop}")
         if self.paired.dropped:
             out.append(f"{self.paired.dropped} pair(s) left out: their ratio was over twice or under half the others'"
@@ -305,13 +307,6 @@ class AbResult:
 #: What ab.json carries beside the fields, derived from them (for its readers; read back, it is derived again).
 DERIVED = ("interval", "a_mhz", "b_mhz", "cycles_change", "clocks_measured", "replica_changes")
 _REPLICA_WORDS = {0: "A1/B1 (A started and prepared first)", 1: "A2/B2 (B first)"}
-
-
-def _stratum_words(label: int, places: int) -> str:
-    """A stratum of the pairs in words: its replicas, and their set-up where there were several."""
-    if places <= 1:
-        return _REPLICA_WORDS.get(label, f"replica {label + 1}")
-    return f"A{label % 2 + 1}/B{label % 2 + 1} set-up {label // 2 + 1}"
 
 
 def _median_clock(mhz: Sequence[float | None]) -> float | None:
