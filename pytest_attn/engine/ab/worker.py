@@ -161,12 +161,9 @@ class Arm:
             return self._failed(str(exc))
         except Exception as exc:
             return self._failed(describe_failure(case, exc))
-        built, check = self.ready.built, self.ready.check
-        return PrepareAnswer(ok=True, timer=built.kind, input_sets=built.input_sets,
-                             calls_per_sample=built.timer.calls_per_sample, estimate_s=self.ready.warmup.estimate_s,
-                             plan=getattr(backend, "last_plan", ""),
-                             check=f"{check.rows} rows, max error {check.max_error:.3g} of {check.allowed:.3g}"
-                             " allowed" if check is not None else "not checked (--attn-no-verify)")
+        check = self.ready.check
+        return _ready(self.ready, f"{check.rows} rows, max error {check.max_error:.3g} of {check.allowed:.3g}"
+                      " allowed" if check is not None else "not checked (--attn-no-verify)")
 
     def _replace(self, request: Prepare) -> PrepareAnswer:
         """The case set up again, unchecked and pinned, while the old set-up is held -- so the new one's data
@@ -190,9 +187,7 @@ class Arm:
         del old
         self.release(Release())  # the old set-up (where it is still held) and its memory, back to the driver
         self.ready, self.sampling = ready, kept
-        return PrepareAnswer(ok=True, timer=ready.built.kind, input_sets=ready.built.input_sets,
-                             calls_per_sample=ready.built.timer.calls_per_sample,
-                             estimate_s=ready.warmup.estimate_s, plan=getattr(ready.backend, "last_plan", ""))
+        return _ready(ready, "")
 
     def _failed(self, message: str) -> PrepareAnswer:
         """A failed case's frames (its tensors, an out-of-memory maybe) are freed before the answer."""
@@ -241,6 +236,14 @@ class Arm:
 
             torch.cuda.empty_cache()  # what this process freed, the other arm's may use
         return Released()
+
+
+def _ready(ready: Prepared, check: str) -> PrepareAnswer:
+    """The answer to a prepare that set the case up: how it is timed, and what its check said."""
+    built = ready.built
+    return PrepareAnswer(ok=True, timer=built.kind, input_sets=built.input_sets,
+                         calls_per_sample=built.timer.calls_per_sample, estimate_s=ready.warmup.estimate_s,
+                         plan=getattr(ready.backend, "last_plan", ""), check=check)
 
 
 def serve(lines: Iterable[str], out: IO[str], arm: Arm) -> None:
