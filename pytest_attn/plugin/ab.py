@@ -98,8 +98,8 @@ class AbRun:
         """Arm B's record of the case and the case's A/B outcome. Raises CaseSkipped or CaseFailed."""
         a, b = self.arms(session)
         try:
-            run = run_pair(self._cases(case), label, a, b, self.rule(session), judge=lambda pairs, again:
-                           judged(label, pairs, self.threshold).settling(self.threshold, again))
+            run = run_pair(self._cases(case), label, a, b, self.rule(session),
+                           judge=lambda pairs: judged(label, pairs, self.threshold).settled(self.threshold))
         except ArmError as exc:
             raise CaseFailed(f"{case.id}: {exc}") from None
         finally:

@@ -33,13 +33,6 @@ one decode step -1.8 to +0.7 % apart: the place is the data's, not the process's
 stopped once decided: places that happened to agree would decide it (on fake arms whose places move a case by
 0.6 % SD, one in ten by 1.5 % more, 21 of 200 A/As went SLOWER or FASTER so, and 11 of 200 2 % slowdowns SAME).
 
-**A failing verdict is confirmed.** A first set-up's SLOWER or FASTER (by the threshold or more) stops the case
-only once every replica has set it up again and the pairs there, judged with the first set-up's, say the same
-(by any amount): two draws of place per arm can agree by chance, and the gate fails on that verdict. On fake
-arms whose places move a case by 1.2 % SD (FA2-varlen's serving batches on an H100 read 2-4 % apart at one
-replica's set-ups), 11 of 200 A/As were SLOWER or FASTER without it and 1 with it; a 2 % slowdown 191 and 189
-SLOWER. It costs a regression run one set-up and a round of pairs per failing case, an A/A next to nothing.
-
 Arms are anything with ``ask(request) -> answer`` (:class:`~pytest_attn.engine.arms.ArmProcess`; tests
 use fakes on a fake clock).
 """
@@ -58,9 +51,6 @@ from .messages import Asks, Block, BlockAnswer, Finish, HandOver, Prepare, Prepa
 
 #: Not a stop: the noise is low enough to stop, but the verdict is not settled -- go on, at new places.
 UNDECIDED = "undecided"
-#: A ``judge``'s word for a verdict that may stop the case (else the verdict's name where it fails the run, or "")
-SETTLED = "settled"
-FAILING = ("SLOWER", "FASTER")
 
 
 @dataclass(frozen=True)
@@ -162,7 +152,6 @@ class PairRun:
     places: int = 1  # set-ups of each replica (new places where the verdict was undecided)
     replace_s: float = 0.0  # setting the case up at new places, within elapsed_s
     undecided_s: float | None = None  # when the verdict was first found undecided (PairRule.undecided_cap)
-    first_look: str = ""  # what the judge said at the first set-up's stop: SETTLED, SLOWER, FASTER or ""
     stop: str = ""
     elapsed_s: float = 0.0  # the pairs' blocks, from the first to the stop
     prepare_s: float = 0.0  # every replica setting the case up (before the first pair)
@@ -241,12 +230,11 @@ def _prepared(arm: Asks, request: Prepare, holding: list[Asks]) -> PrepareAnswer
 
 def run_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replicas, b: Replicas, rule: PairRule,
              clock: Callable[[], float] = time.perf_counter,
-             judge: Callable[[PairRun, bool], str] | None = None) -> PairRun:
+             judge: Callable[[PairRun], bool] | None = None) -> PairRun:
     """Prepare every replica, take pairs of blocks in ABBA order, replica after replica, until ``rule``
-    stops, and each arm's record (its first replica's, with the other's samples). ``judge(run, again)``: whether
-    the pairs so far decide the verdict (:data:`SETTLED`), would fail the run (SLOWER or FASTER: decided once a
-    second set-up agrees, when it is asked ``again``), or neither (""); where they do not at a stop, every
-    replica sets the case up again (new places, :func:`replace_all`) and the pairs go on (see the module)."""
+    stops, and each arm's record (its first replica's, with the other's samples). ``judge``: whether the
+    pairs so far decide the verdict; where they do not at a stop, every replica sets the case up again (new
+    places, :func:`replace_all`) and the pairs go on (see the module)."""
     if len(a) != len(b) or not a:
         raise ValueError(f"{len(a)} replicas of A against {len(b)} of B; give each arm as many")
     started = clock()
@@ -266,7 +254,7 @@ def run_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replic
         run.elapsed_s = clock() - t0
         strata = run.replicas if len(set(run.replicas)) > 1 else None
         stop = rule.stop(*run.judged(), run.elapsed_s, strata, 2 * len(a),
-                         None if judge is None else (lambda: _decided(run, judge)), run.undecided_s)
+                         None if judge is None else (lambda: run.places == 1 and judge(run)), run.undecided_s)
         if stop == UNDECIDED:
             run.undecided_s = run.elapsed_s if run.undecided_s is None else run.undecided_s
             if run.elapsed_s + replace_cost < rule.undecided_cap(run.undecided_s):
@@ -284,16 +272,6 @@ def run_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replic
     run.records = (_finish(a, run.stop, diagnose=False), _finish(b, run.stop, diagnose=True))
     run.records_s = clock() - ended
     return run
-
-
-def _decided(run: PairRun, judge: Callable[[PairRun, bool], str]) -> bool:
-    """Whether the case may stop at this verdict: a first set-up's settled one, or a failing one (SLOWER or
-    FASTER) the first set-up found and the second confirms. Nothing later: looking again at every set-up until
-    one decides would let places that happened to agree decide it (see the module)."""
-    if run.places == 1:
-        run.first_look = judge(run, False)
-        return run.first_look == SETTLED
-    return run.places == 2 and run.first_look in FAILING and judge(run, True) == run.first_look
 
 
 def replace_all(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replicas, b: Replicas,

@@ -45,7 +45,6 @@ from ...core.stats import (
     t_widening,
     without_outliers,
 )
-from ...engine.ab.pairing import SETTLED
 from ..rule import CLOCK_STEP, Z, verdict
 
 AB_THRESHOLD = 0.02
@@ -77,20 +76,16 @@ class Paired:
         """B/A - 1 in time, whatever the basis."""
         return self.change if self.time_change is None else self.time_change
 
-    def settling(self, threshold: float, again: bool = False) -> str:
+    def settled(self, threshold: float) -> bool:
         """Whether pairs at one set-up of each replica may stop at this verdict: SAME by under a quarter of the
-        threshold may (:data:`~pytest_attn.engine.ab.pairing.SETTLED`); SLOWER or FASTER by the threshold or more,
-        which fail the run, may once a second set-up of every replica (``again``) is SLOWER or FASTER the same
-        way, by any amount (the verdict's name is returned: see :func:`~pytest_attn.engine.ab.pairing.run_pair`);
-        anything else ("") is measured on at new places (:mod:`pytest_attn.engine.ab.pairing`). Two draws of
-        place per arm can agree by chance, either way: on fake arms whose places move a case by 0.3-0.5 % (SD;
-        one in twenty to one in ten by 1.5 % more), an A/A stopped at its first verdict was SLOWER or FASTER in
-        0-5 of 100 (each by 1.0-1.8 %), and a 2 % slowdown SAME in 0-3. On an H100 (2026-11-26) 23 and 30 of two
-        A/As' 206 cases went on at new places, and 40 of a 2 % run's."""
+        threshold, or SLOWER or FASTER by the threshold or more. Two draws of place per arm can agree by chance,
+        either way: on fake arms whose places move a case by 0.3-0.5 % (SD; one in twenty to one in ten by 1.5 %
+        more), an A/A stopped at its first verdict was SLOWER or FASTER in 0-5 of 100 (each by 1.0-1.8 %), and a
+        2 % slowdown SAME in 0-3. Anything else is measured on at new places (:mod:`pytest_attn.engine.ab.pairing`).
+        On an H100 (2026-11-26) 23 and 30 of two A/As' 206 cases went on so, and 40 of a 2 % run's."""
         if self.verdict == "SAME":
-            return SETTLED if abs(self.change) < threshold / 4 and not again else ""
-        failing = self.verdict in ("SLOWER", "FASTER")
-        return self.verdict if failing and (again or abs(self.change) >= threshold) else ""
+            return abs(self.change) < threshold / 4
+        return self.verdict in ("SLOWER", "FASTER") and abs(self.change) >= threshold
 
     def interval(self) -> tuple[float, float]:
         """The change's 95 % confidence interval (Student's t on the mean log ratio), on its basis."""
@@ -246,12 +241,6 @@ class AbResult:
         return cycles_change(*self.blocks, *self.block_mhz, self.replicas)
 
     @property
-    def confirmed(self) -> bool:
-        """A failing verdict a second set-up of every replica confirmed (the case stopped there before its caps)."""
-        return self.places == 2 and self.stop in ("precision", "time-cap") and self.paired.verdict in ("SLOWER",
-                                                                                                      "FASTER")
-
-    @property
     def clock_change(self) -> float | None:
         return self.b_mhz / self.a_mhz - 1 if self.a_mhz and self.b_mhz else None
 
@@ -278,10 +267,7 @@ class AbResult:
                 f" {len(halves)} replica set-ups"
             out.append(f"the arms' replicas disagree ({said}): where a process's data sit (which started and"
                        " allocated first) moves this case; the verdict is on their mean, where that cancels")
-        if self.confirmed:
-            out.append(f"{self.paired.verdict} at its first set-up, and again with every replica set up a second"
-                       f" time (data at new places, {self.replace_s:.1f} s): confirmed before it fails the run")
-        elif self.places > 1:
+        if self.places > 1:
             out.append(f"set up {self.places} times in every replica (data at new places, {self.replace_s:.1f} s):"
                        " precise enough to stop, the pairs did not settle the verdict at first; judged at the"
                        f" {self.stop}")

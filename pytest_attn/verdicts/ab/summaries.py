@@ -53,9 +53,7 @@ def cost(results: Sequence[AbResult]) -> str:
     prepare, pairs, records, again = (sum(getattr(r, f) for r in results)
                                       for f in ("prepare_s", "elapsed_s", "records_s", "replace_s"))
     replaced = sum(1 for r in results if r.places > 1)
-    confirmed = sum(1 for r in results if r.confirmed)
-    why = f"undecided or to confirm a failing verdict: {confirmed}" if confirmed else "undecided"
-    more = (f" ({again:.1f} s of it setting {replaced} case(s) up again at new places, {why})" if replaced
+    more = (f" ({again:.1f} s of it setting {replaced} undecided case(s) up again at new places)" if replaced
             else "")
     return (f"time over {len(results)} case(s): setting each case up in every arm's replicas {prepare:.1f} s, the"
             f" pairs {pairs:.1f} s{more}, the arms' records {records:.1f} s")
