@@ -20,6 +20,7 @@ from pytest_attn.core.codec import case_to_dict
 from pytest_attn.core.record import TimerPin
 from pytest_attn.engine.ab import worker as arm_module
 from pytest_attn.engine.ab.messages import (
+    NO_ROOM,
     Block,
     BlockAnswer,
     Finish,
@@ -610,6 +611,54 @@ def test_a_worker_sets_a_case_up_again_elsewhere_and_keeps_its_samples():
     assert len(arm.sampling.samples_s) == 7
     fresh = arm.prepare(Prepare(case_to_dict(dense("sdpa-math"))))  # a new case: samples start again
     assert fresh.ok and arm.sampling.samples_s == []
+
+
+def test_a_worker_with_no_room_for_a_new_place_keeps_its_set_up(monkeypatch):
+    """Where the new set-up does not fit beside the old one (on an H100 fa4-paged's b64 k32768 decode step: 4.9
+    GiB free for 8.1 beside four replicas' set-ups), the worker says so and keeps the old one and its samples --
+    it does not free the old one to try again, which failed the case."""
+    arm = arm_module.Arm(lambda: (CPU, NoNvml("a test")))
+    arm.hello(Hello({"timer": "auto", "verify": False}))
+    first = arm.prepare(Prepare(case_to_dict(dense("sdpa-math"))))
+    old = arm.ready
+    arm.block(Block(4, warm=False))
+
+    def full(case, backend, device, settings):
+        raise CaseSkipped("needs about 8.10 GiB of GPU memory but 4.90 GiB is free")
+
+    monkeypatch.setattr(arm_module, "make_room", full)
+    again = arm.prepare(Prepare(case_to_dict(dense("sdpa-math")), pin=first.pin(), check=False, replace=True))
+    assert not again.ok and again.skip.startswith(NO_ROOM) and "4.90 GiB is free" in again.skip
+    assert arm.ready is old and len(arm.sampling.samples_s) == 4
+    arm.block(Block(2, warm=False))
+    assert len(arm.sampling.samples_s) == 6
+
+
+class CrowdedArm(RePlacedArm):
+    """A replica with no room for a new set-up beside its old one."""
+
+    def ask(self, request):
+        if isinstance(request, Prepare) and request.replace:
+            self.log.append((self.label, "no room", None))
+            return PrepareAnswer(skip=f"{NO_ROOM} beside the set-up held: needs 8.10 GiB, 4.90 GiB is free")
+        return super().ask(request)
+
+
+def test_no_room_for_new_places_goes_on_where_the_replicas_are():
+    """An undecided case whose B1 has no room for a new set-up: not failed; the others moved, the pairs go on,
+    no further new places are tried, and the note says why."""
+    clock, log = [0.0], []
+    a = [RePlacedArm(f"A{k}", 1.0, clock, log, lambda: 0.0) for k in (1, 2)]
+    b = [CrowdedArm("B1", 1.0, clock, log, lambda: 0.0), RePlacedArm("B2", 1.0, clock, log, lambda: 0.0)]
+    run = run_pair(({}, {}), "t", a, b, PairRule(max_time_s=1, noisy_time_s=3, block_s=0.05),
+                   clock=lambda: clock[0], judge=lambda r: False)
+    assert run.places == 2 and run.stop == "noise-cap" and "arm B1: no room for a new place" in run.no_room
+    assert [arm for arm, op, _ in log if op == "no room"] == ["B1"]
+    assert sum(1 for _, op, _ in log if op == "prepare") == 4 + 3  # the first set-up, then the three that moved
+    result = ab_plugin.result_of("suite::t", dense("sdpa-math"), run, *(SimpleNamespace(
+        median_s=1e-4, clocks=SimpleNamespace(throttle=None)),) * 2, 0.02)
+    assert any(n.startswith("no more new places: arm B1: no room") for n in result.notes())
+    assert AbResult.from_json(json.loads(json.dumps(result.to_json()))) == result
 
 
 def test_set_ups_that_disagree_are_said_as_a_range():

@@ -179,7 +179,8 @@ def result_of(name: str, case: AttnCase, run: PairRun, a: Record, b: Record, thr
                     run.block_samples[-1] if run.block_samples else 0, run.elapsed_s,
                     (throttle[0], throttle[1]), (run.prepared[0].plan, run.prepared[1].plan),
                     (tuple(run.a_s), tuple(run.b_s)), (tuple(a_mhz), tuple(b_mhz)), replicas,
-                    prepare_s=run.prepare_s, records_s=run.records_s, places=run.places, replace_s=run.replace_s)
+                    prepare_s=run.prepare_s, records_s=run.records_s, places=run.places, replace_s=run.replace_s,
+                    no_room=run.no_room)
 
 
 def judged(name: str, run: PairRun, threshold: float) -> Paired:

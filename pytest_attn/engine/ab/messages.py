@@ -67,6 +67,10 @@ class Prepare(Asking["PrepareAnswer"]):
     replace: bool = False
 
 
+#: How a replica's skip begins where a new set-up does not fit beside its old one (it keeps the old one)
+NO_ROOM = "no room for a new place"
+
+
 @dataclass(frozen=True)
 class PrepareAnswer:
     ok: bool = False

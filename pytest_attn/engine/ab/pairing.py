@@ -47,7 +47,7 @@ from typing import Any
 
 from ...core.stats import at_equal_clock, median, stratified_log_ratio, t_widening
 from ..settings import CaseFailed, CaseSkipped
-from .messages import Asks, Block, BlockAnswer, Finish, HandOver, Prepare, PrepareAnswer, Release
+from .messages import NO_ROOM, Asks, Block, BlockAnswer, Finish, HandOver, Prepare, PrepareAnswer, Release
 
 #: Not a stop: the noise is low enough to stop, but the verdict is not settled -- go on, at new places.
 UNDECIDED = "undecided"
@@ -152,6 +152,7 @@ class PairRun:
     places: int = 1  # set-ups of each replica (new places where the verdict was undecided)
     replace_s: float = 0.0  # setting the case up at new places, within elapsed_s
     undecided_s: float | None = None  # when the verdict was first found undecided (PairRule.undecided_cap)
+    no_room: str = ""  # why a replica could not set the case up at a new place (the pairs went on where they were)
     stop: str = ""
     elapsed_s: float = 0.0  # the pairs' blocks, from the first to the stop
     prepare_s: float = 0.0  # every replica setting the case up (before the first pair)
@@ -259,9 +260,9 @@ def run_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replic
             run.undecided_s = run.elapsed_s if run.undecided_s is None else run.undecided_s
             if run.elapsed_s + replace_cost < rule.undecided_cap(run.undecided_s):
                 began = clock()
-                replace_all(cases, label, a, b, run.prepared[0], first_b=run.places % 2 == 1)
-                replace_cost = clock() - began
-                run.replace_s += replace_cost
+                run.no_room = replace_all(cases, label, a, b, run.prepared[0], first_b=run.places % 2 == 1)
+                replace_cost = math.inf if run.no_room else clock() - began  # no room: no more new places
+                run.replace_s += clock() - began
                 run.places += 1
         elif stop:
             run.stop = stop
@@ -275,19 +276,26 @@ def run_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replic
 
 
 def replace_all(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replicas, b: Replicas,
-                first: PrepareAnswer, first_b: bool) -> None:
+                first: PrepareAnswer, first_b: bool) -> str:
     """Every replica sets the case up again, unchecked, timed as before, holding its old set-up meanwhile (its
-    new data sit elsewhere): A1 B1 B2 A2, or B1 A1 A2 B2 where ``first_b``. CaseFailed (naming the arm) where
-    one cannot; then none holds the case."""
+    new data sit elsewhere): A1 B1 B2 A2, or B1 A1 A2 B2 where ``first_b``. Where one has no room for a new
+    set-up beside its old one, it keeps the old one and the rest go on: returns why (else ""); each pair of
+    replicas is a new stratum all the same, as some of it moved. CaseFailed (naming the arm) where one cannot
+    set it up otherwise; then none holds the case."""
+    no_room = ""
     for k in range(len(a)):
         pair = ((a[k], cases[0]), (b[k], cases[1]))
         for arm, case in pair[::-1] if (k % 2 == 1) != first_b else pair:
             answer = arm.ask(Prepare(case, label, first.pin(), check=False, replace=True))
+            if answer.skip and answer.skip.startswith(NO_ROOM):
+                no_room = no_room or f"arm {arm.label}: {answer.skip}"
+                continue
             if not answer.ok:
                 for other in (*a, *b):
                     other.ask(Release())
                 raise CaseFailed(f"arm {arm.label}, setting the case up at a new place: "
                                  f"{answer.fail or answer.skip or answer}")
+    return no_room
 
 
 def _finish(replicas: Replicas, stop: str, diagnose: bool) -> dict[str, Any]:

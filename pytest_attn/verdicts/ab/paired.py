@@ -206,6 +206,7 @@ class AbResult:
     records_s: float = 0.0  # the arms' records after the last pair
     places: int = 1  # each replica's set-ups: more than one where the verdict was undecided (engine.pairing)
     replace_s: float = 0.0  # setting the case up at new places, within elapsed_s
+    no_room: str = ""  # why a replica could not set it up at a new place (engine.ab.pairing.PairRun.no_room)
 
     @property
     def replica_changes(self) -> dict[int, float]:
@@ -271,6 +272,8 @@ class AbResult:
             out.append(f"set up {self.places} times in every replica (data at new places, {self.replace_s:.1f} s):"
                        " precise enough to stop, the pairs did not settle the verdict at first; judged at the"
                        f" {self.stop}")
+        if self.no_room:
+            out.append(f"no more new places: {self.no_room}; the pairs went on where the replicas were")
         if self.paired.dropped:
             out.append(f"{self.paired.dropped} pair(s) left out: their ratio was over twice or under half the others'"
                        " median (a block the machine stalled)")
