@@ -349,6 +349,8 @@ def test_a_real_ab_run_of_two_worker_processes(tmp_path, xdist):
     assert done.returncode == (1 if slower else 0), out
     assert "pytest-attn gate" not in out and not (tmp_path / "baselines").exists()
     assert Path(report / "summary.md").read_text().startswith("### pytest-attn A/B: ")
+    capped = [r for r in results if r["paired"]["verdict"] == "AMBIGUOUS" and r["stop"].endswith("cap")]
+    assert ("next: " in out) == bool(capped)  # what to do with a case undecided at a cap
 
 
 def test_a_faster_clock_in_b_does_not_hide_a_slowdown():
@@ -659,6 +661,30 @@ def test_no_room_for_new_places_goes_on_where_the_replicas_are():
         median_s=1e-4, clocks=SimpleNamespace(throttle=None)),) * 2, 0.02)
     assert any(n.startswith("no more new places: arm B1: no room") for n in result.notes())
     assert AbResult.from_json(json.loads(json.dumps(result.to_json()))) == result
+
+
+def test_cases_undecided_at_a_cap_get_a_rerun_line():
+    """AMBIGUOUS at a cap (not a case AMBIGUOUS for its clock, nor one decided): the summary's next step names
+    them, to be rerun alone with twice the --attn-max-time -- in the terminal, summary.md and the job summary."""
+    from pytest_attn.verdicts.ab.summaries import longer, markdown
+
+    a, b = (1e-4,) * 8, (1.02e-4, 0.99e-4) * 4
+
+    def result(name, stop, verdict="AMBIGUOUS"):
+        judged = dataclasses.replace(paired(name, a, b), verdict=verdict)
+        return AbResult(name, "c", "g", "fa2", judged, 1e-4, 1e-4, stop=stop, blocks=(a, b))
+
+    results = [result("suites/test_decode.py::test_decode[fa2-serving-b64]", "noise-cap"),
+               result("suites/test_decode.py::test_decode[fa2-b8]", "precision"),
+               result("suites/test_decode.py::test_decode[fa2-b16]", "noise-cap", "SAME")]
+    line = longer(results, 1.0)
+    assert line.startswith("1 AMBIGUOUS case(s) stopped at a cap, undecided after --attn-max-time=1")
+    assert line.endswith("--attn-max-time=2: pytest 'suites/test_decode.py::test_decode[fa2-serving-b64]'")
+    assert longer(results[1:], 1.0) == ""
+    many = longer([result(f"t.py::t[{k}]", "time-cap") for k in range(8)], 0.5)
+    assert "--attn-max-time=1: pytest 't.py::t[0]'" in many and many.endswith("and 2 more (ab.json lists them)")
+    assert f"**Next:** {line}" in markdown(results, ["A: x", "B: y"], 0.02, next_step=line)
+    assert "**Next:**" not in markdown(results, ["A: x", "B: y"], 0.02)
 
 
 def test_set_ups_that_disagree_are_said_as_a_range():

@@ -31,7 +31,7 @@ from ..engine.ab.spec import ArmSpec, builds_lines
 from ..engine.ab.worker import settings_to_json
 from ..engine.settings import CaseFailed, CaseSkipped
 from ..verdicts.ab.paired import AbResult, Paired, paired
-from ..verdicts.ab.summaries import markdown, terminal_lines, write_ab_reports
+from ..verdicts.ab.summaries import longer, markdown, terminal_lines, write_ab_reports
 from ..verdicts.runs import partial_note
 from .gate import append_job_summary, write_section
 from .handover import AB_ARMS, AB_RESULT, send
@@ -254,6 +254,9 @@ def finish_ab(session: pytest.Session) -> None:
     if not run.results:
         return
     lines = terminal_lines(run.results, run.lines(), run.threshold)
+    next_step = longer(run.results, attn_session(config).settings.stop.max_time_s)
+    if next_step:
+        lines.append(f"  next: {next_step}")
     partial = config.stash.get(PARTIAL, None)
     said = partial_note({"attn_partial": partial}) or "" if partial else ""
     if said:
@@ -261,8 +264,8 @@ def finish_ab(session: pytest.Session) -> None:
     try:
         if (folder := attn_session(config).gate.report) is not None:
             lines += [f"  {w}" for w in write_ab_reports(folder, run.results, run.lines(), run.threshold,
-                                                         run.fail_on, partial)]
-        append_job_summary(markdown(run.results, run.lines(), run.threshold, run.fail_on, said))
+                                                         run.fail_on, partial, next_step)]
+        append_job_summary(markdown(run.results, run.lines(), run.threshold, run.fail_on, said, next_step))
     except OSError as exc:
         lines.append(f"error: writing the A/B report failed: {exc.strerror or exc} ({exc.filename}); the verdicts"
                      " above stand")

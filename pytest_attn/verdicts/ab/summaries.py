@@ -59,6 +59,27 @@ def cost(results: Sequence[AbResult]) -> str:
             f" pairs {pairs:.1f} s{more}, the arms' records {records:.1f} s")
 
 
+#: where an AMBIGUOUS case stopped because time or pairs ran out, not because it was decided
+CAPS = ("time-cap", "noise-cap", "pair-cap")
+#: node ids written out in a rerun line before "and N more"
+RERUN_IDS = 6
+
+
+def longer(results: Sequence[AbResult], max_time_s: float) -> str:
+    """What to do with the cases left AMBIGUOUS at a cap: rerun only them, with twice ``max_time_s``
+    (``--attn-max-time``) -- more pairs and more set-ups at new places. On an H100 (2026-11-26) the three FA2-varlen
+    serving batches of the committed selection, one of them AMBIGUOUS in each of four 2 % runs at 1 s, were SLOWER
+    at 2 s. "" where there are none."""
+    capped = [r.name for r in results if r.paired.verdict == "AMBIGUOUS" and r.stop in CAPS]
+    if not capped:
+        return ""
+    ids = " ".join(f"'{name}'" for name in capped[:RERUN_IDS])
+    more = f" and {len(capped) - RERUN_IDS} more (ab.json lists them)" if len(capped) > RERUN_IDS else ""
+    return (f"{len(capped)} AMBIGUOUS case(s) stopped at a cap, undecided after --attn-max-time={max_time_s:g} (the"
+            " pairs' noise, or where each arm's data sit, which more set-ups average): rerun only them with the same"
+            f" --attn-ab and --attn-max-time={2 * max_time_s:g}: pytest {ids}{more}")
+
+
 def explain(r: AbResult, threshold: float) -> str:
     lo, hi = r.paired.interval()
     basis = {"time": "in time", "cycles": "in cycles"}.get(r.paired.basis, "at equal SM clock")
@@ -81,9 +102,9 @@ def terminal_lines(results: Sequence[AbResult], arms: Sequence[str], threshold: 
 
 
 def markdown(results: Sequence[AbResult], arms: Sequence[str], threshold: float,
-             fail_on: Sequence[str] = ("SLOWER",), partial: str = "") -> str:
+             fail_on: Sequence[str] = ("SLOWER",), partial: str = "", next_step: str = "") -> str:
     """The A/B summary in Markdown; ``partial``: how the run was cut short (then it never says "no regression":
-    the cases it did not reach were not judged)."""
+    the cases it did not reach were not judged); ``next_step``: what to do about the undecided (:func:`longer`)."""
     out = io.StringIO()
     failing = sum(r.paired.verdict in fail_on for r in results)
     head = "B is slower" if failing else f"partial run, no regression in the cases judged ({partial})" if partial \
@@ -95,6 +116,8 @@ def markdown(results: Sequence[AbResult], arms: Sequence[str], threshold: float,
     said = [r for r in results if r.paired.verdict in EXPLAINED or r.notes()]
     if said:
         out.write("\n" + explained((r.name.split("::")[-1], r.paired.verdict, explain(r, threshold)) for r in said))
+    if next_step:
+        out.write(f"\n**Next:** {next_step}\n")
     return out.getvalue()
 
 
@@ -115,12 +138,13 @@ def _csv_row(r: AbResult) -> list[object]:
 
 
 def write_ab_reports(folder: Path, results: Sequence[AbResult], arms: Sequence[str], threshold: float,
-                     fail_on: Sequence[str] = ("SLOWER",), partial: dict[str, Any] | None = None) -> list[str]:
+                     fail_on: Sequence[str] = ("SLOWER",), partial: dict[str, Any] | None = None,
+                     next_step: str = "") -> list[str]:
     """summary.md, results.csv and ab.json into ``folder``; a "wrote PATH" line per file. ``partial``: the run
     was cut short (``attn_partial``: why, cases measured and selected), said in the summary and ab.json."""
     said = partial_note({"attn_partial": partial}) or "" if partial else ""
     doc: dict[str, Any] = {"arms": list(arms), "threshold": threshold, "results": [r.to_json() for r in results]}
     if partial:
         doc["attn_partial"] = partial
-    return write_files(folder, {"summary.md": markdown(results, arms, threshold, fail_on, said),
+    return write_files(folder, {"summary.md": markdown(results, arms, threshold, fail_on, said, next_step),
                                 "results.csv": csv_text(results), "ab.json": json.dumps(doc, indent=1)})
