@@ -39,6 +39,7 @@ from pytest_attn.engine.nvml import NoNvml
 from pytest_attn.engine.settings import CaseFailed, CaseSkipped
 from pytest_attn.plugin import ab as ab_plugin
 from pytest_attn.verdicts.ab.paired import AbResult, few_pairs_factor, paired
+from pytest_attn.verdicts.ab.places import place_spread
 
 
 def test_arm_specs(tmp_path):
@@ -685,6 +686,41 @@ def test_cases_undecided_at_a_cap_get_a_rerun_line():
     assert "--attn-max-time=1: pytest 't.py::t[0]'" in many and many.endswith("and 2 more (ab.json lists them)")
     assert f"**Next:** {line}" in markdown(results, ["A: x", "B: y"], 0.02, next_step=line)
     assert "**Next:**" not in markdown(results, ["A: x", "B: y"], 0.02)
+
+
+def _placed_result(name, offsets, noise, rng, pairs=6):
+    """An A/B result whose replica set-ups sit ``offsets`` apart (B/A of each), each pair with ``noise``."""
+    replicas = tuple(k for k in range(len(offsets)) for _ in range(pairs))
+    a = tuple(1e-4 * (1 + rng.gauss(0, noise)) for _ in replicas)
+    b = tuple(x * (1 + offsets[k]) * (1 + rng.gauss(0, noise)) for x, k in zip(a, replicas, strict=True))
+    return AbResult(name, "c", "g", "fa2", paired(name, a, b, replicas=replicas), 1e-4, 1e-4, stop="noise-cap",
+                    blocks=(a, b), replicas=replicas)
+
+
+def test_place_spread_pools_set_ups_over_runs_and_leaves_the_noise_out(tmp_path):
+    """Set-ups drawn with 0.8 % SD per place (a stratum's B/A: two places) over five runs of four set-ups each,
+    against a case whose set-ups sit together and whose pairs alone are noisy (1 % each): the first reads about 0.8 %,
+    the second under 0.2 % -- the pairs' noise is not taken for the places'. A one-replica run is left out. The
+    script prints them largest first."""
+    rng = random.Random(5)
+    moved = [_placed_result("s.py::t[moved]", [rng.gauss(0, 0.008) - rng.gauss(0, 0.008) for _ in range(4)],
+                            0.001, rng) for _ in range(5)]
+    still = [_placed_result("s.py::t[still]", [0.0] * 4, 0.01, rng) for _ in range(5)]
+    single = AbResult("s.py::t[one]", "c", "g", "fa2", paired("x", (1.0,) * 4, (1.0,) * 4), 1.0, 1.0,
+                      blocks=((1.0,) * 4, (1.0,) * 4))
+    spread = place_spread([*moved, *still, single])
+    assert [p.name for p in spread] == ["t[moved]", "t[still]"] and spread[0].runs == 5 and spread[0].set_ups == 20
+    assert 0.006 < spread[0].sd < 0.011 and spread[1].sd < 0.002, spread
+    report = tmp_path / "ab.json"
+    report.write_text(json.dumps({"threshold": 0.02, "results": [r.to_json() for r in (*moved, *still)]}))
+    out = subprocess.run([sys.executable, str(Path(__file__).parent.parent / "scripts" / "ab_places.py"),
+                          str(report)], capture_output=True, text=True, timeout=60)
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0 and lines[1].startswith("t[moved]") and lines[2].startswith("t[still]"), out
+    assert "2 cases; 1 at a quarter of the threshold (0.50%) or more" in lines[-1]
+    bad = subprocess.run([sys.executable, str(Path(__file__).parent.parent / "scripts" / "ab_places.py"),
+                          str(tmp_path / "nope.json")], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "cannot read" in bad.stderr and "nope.json" in bad.stderr
 
 
 def test_set_ups_that_disagree_are_said_as_a_range():

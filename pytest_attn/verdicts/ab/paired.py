@@ -214,13 +214,18 @@ class AbResult:
         kept."""
         if len(set(self.replicas)) < 2:
             return {}
+        return stratum_means(*self.judged_blocks(), self.replicas)
+
+    def judged_blocks(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """Every pair's blocks on the verdict's basis: at equal clock (time x clock ** the case's clock
+        sensitivity) where the clocks were measured, else time; all pairs kept."""
         a_s, b_s = self.blocks
         if self.clocks_measured:
             ma, mb = _clocks(self.block_mhz[0], len(a_s)), _clocks(self.block_mhz[1], len(b_s))
             if ma and mb:
                 s = 1.0 if self.paired.clock_sensitivity is None else self.paired.clock_sensitivity
                 a_s, b_s = (tuple(x) for x in _in_cycles(a_s, b_s, ma, mb, s))
-        return stratum_means(a_s, b_s, self.replicas)
+        return a_s, b_s
 
     @property
     def clocks_measured(self) -> bool:

@@ -76,8 +76,8 @@ def longer(results: Sequence[AbResult], max_time_s: float) -> str:
     ids = " ".join(f"'{name}'" for name in capped[:RERUN_IDS])
     more = f" and {len(capped) - RERUN_IDS} more (ab.json lists them)" if len(capped) > RERUN_IDS else ""
     return (f"{len(capped)} AMBIGUOUS case(s) stopped at a cap, undecided after --attn-max-time={max_time_s:g} (the"
-            " pairs' noise, or where each arm's data sit, which more set-ups average): rerun only them with the same"
-            f" --attn-ab and --attn-max-time={2 * max_time_s:g}: pytest {ids}{more}")
+            " pairs' noise, or where each arm's data sit, which more set-ups average): rerun only them, with this"
+            f" run's options and --attn-max-time={2 * max_time_s:g}: pytest {ids}{more}")
 
 
 def explain(r: AbResult, threshold: float) -> str:
