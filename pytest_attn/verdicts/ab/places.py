@@ -31,7 +31,9 @@ def place_spread(results: Iterable[AbResult]) -> list[PlaceSpread]:
     """Each case's place SD over the runs' results (one per case and run), largest first; cases with fewer
     than two set-ups of two pairs in every run are left out. A run's variance beyond noise (the stratum means'
     variance less their mean squared error) is pooled by its degrees of freedom, set-ups - 1; a stratum's B/A
-    is the ratio of two places, so one place's variance is half of it."""
+    is the ratio of two places, so one place's variance is half of it. Not
+    :func:`~pytest_attn.core.stats.placement_variance` run by run: it clamps each run at zero (right for one
+    verdict), which pooled would read still places as moving; and it keeps strata of one pair."""
     pooled: dict[str, list[tuple[int, float]]] = {}
     for r in results:
         a_s, b_s = r.judged_blocks()
