@@ -107,6 +107,14 @@ def paired_log_ratio(a: Sequence[float], b: Sequence[float]) -> tuple[float, flo
     return mean, math.sqrt(sum((v - mean) ** 2 for v in logs) / (n - 1)) / math.sqrt(n)
 
 
+def log_ratios_by_stratum(a: Sequence[float], b: Sequence[float], strata: Sequence[int]) -> dict[int, list[float]]:
+    """Each stratum's ``log(b_i / a_i)``, in the order the pairs came; strata in the order first met."""
+    groups: dict[int, list[float]] = {}
+    for x, y, s in zip(a, b, strata, strict=True):
+        groups.setdefault(s, []).append(math.log(y / x))
+    return groups
+
+
 def stratified_log_ratio(a: Sequence[float], b: Sequence[float], strata: Sequence[int]) -> tuple[float, float]:
     """(mean, standard error) of ``log(b_i / a_i)`` where pair ``i`` belongs to stratum ``strata[i]`` (a
     paired A/B's replicas: the processes of each arm that took pair ``i``): the mean of the strata's means,
@@ -117,9 +125,7 @@ def stratified_log_ratio(a: Sequence[float], b: Sequence[float], strata: Sequenc
         return paired_log_ratio(a, b)
     if not len(a) == len(b) == len(strata):
         raise ValueError(f"{len(a)} values of A, {len(b)} of B and {len(strata)} strata; give one of each per pair")
-    groups: dict[int, list[float]] = {}
-    for x, y, s in zip(a, b, strata, strict=True):
-        groups.setdefault(s, []).append(math.log(y / x))
+    groups = log_ratios_by_stratum(a, b, strata)
     means = [sum(g) / len(g) for g in groups.values()]
     mean = sum(means) / len(means)
     if any(len(g) < 2 for g in groups.values()):
@@ -137,9 +143,7 @@ def placement_variance(a: Sequence[float], b: Sequence[float], strata: Sequence[
     than three standard errors apart, up to 2.2 %), and two draws per arm average it only so far."""
     if not strata or len(set(strata)) < 2:
         return 0.0
-    groups: dict[int, list[float]] = {}
-    for x, y, s in zip(a, b, strata, strict=True):
-        groups.setdefault(s, []).append(math.log(y / x))
+    groups = log_ratios_by_stratum(a, b, strata)
     means = [sum(g) / len(g) for g in groups.values()]
     centre = sum(means) / len(means)
     spread = sum((m - centre) ** 2 for m in means) / (len(means) - 1)
@@ -196,9 +200,7 @@ def at_equal_clock(a: Sequence[float], b: Sequence[float], a_mhz: Sequence[float
 
 def stratum_means(a: Sequence[float], b: Sequence[float], strata: Sequence[int]) -> dict[int, float]:
     """Each stratum's mean ``log(b_i / a_i)``, as a relative change (``exp - 1``)."""
-    groups: dict[int, list[float]] = {}
-    for x, y, s in zip(a, b, strata, strict=True):
-        groups.setdefault(s, []).append(math.log(y / x))
+    groups = log_ratios_by_stratum(a, b, strata)
     return {s: math.expm1(sum(g) / len(g)) for s, g in sorted(groups.items())}
 
 

@@ -261,8 +261,9 @@ def run_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replic
             if run.elapsed_s + replace_cost < rule.undecided_cap(run.undecided_s):
                 began = clock()
                 run.no_room = replace_all(cases, label, a, b, run.prepared[0], first_b=run.places % 2 == 1)
-                replace_cost = math.inf if run.no_room else clock() - began  # no room: no more new places
-                run.replace_s += clock() - began
+                took = clock() - began
+                run.replace_s += took
+                replace_cost = math.inf if run.no_room else took  # no room: no more new places
                 run.places += 1
         elif stop:
             run.stop = stop

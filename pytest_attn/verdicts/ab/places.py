@@ -16,6 +16,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ...core.stats import log_ratios_by_stratum
 from .paired import AbResult
 
 
@@ -37,11 +38,10 @@ def place_spread(results: Iterable[AbResult]) -> list[PlaceSpread]:
     pooled: dict[str, list[tuple[int, float]]] = {}
     for r in results:
         a_s, b_s = r.judged_blocks()
-        groups: dict[int, list[float]] = {}
-        for x, y, s in zip(a_s, b_s, r.replicas, strict=False):
-            groups.setdefault(s, []).append(math.log(y / x))
-        kept = [g for g in groups.values() if len(g) >= 2]
-        if len(kept) < 2 or len(r.replicas) != len(a_s):
+        if len(r.replicas) != len(a_s):
+            continue
+        kept = [g for g in log_ratios_by_stratum(a_s, b_s, r.replicas).values() if len(g) >= 2]
+        if len(kept) < 2:
             continue
         means = [sum(g) / len(g) for g in kept]
         centre = sum(means) / len(means)
