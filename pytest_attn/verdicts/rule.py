@@ -191,9 +191,10 @@ def side_sigma(bench: Bench, between: float) -> float:
     return math.sqrt(within**2 + between**2 / repeats)
 
 
-def verdict(change: float, sigma: float, threshold: float) -> str:
-    """SLOWER, FASTER, SAME or AMBIGUOUS for a relative ``change`` with noise ``sigma`` (see the module)."""
-    limit = max(Z * sigma, threshold / 2)
+def verdict(change: float, sigma: float, threshold: float, least: float = 0.5) -> str:
+    """SLOWER, FASTER, SAME or AMBIGUOUS for a relative ``change`` with noise ``sigma`` (see the module);
+    ``least``: the smallest change called SLOWER or FASTER, as a fraction of the threshold."""
+    limit = max(Z * sigma, threshold * least)
     if change >= limit:
         return "SLOWER"
     if change <= -limit:
