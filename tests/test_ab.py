@@ -529,11 +529,11 @@ def _placed_case(b_factor, draw, judge):
 def test_undecided_cases_go_on_at_new_places():
     """Places drawn with SD 0.4 %, one in ten 1.5 % more (harsher than the H100, whose 2 % run had 7 of 206 cases
     AMBIGUOUS, four of them with replicas 1.4-2.9 % apart), 100 cases each. Stopped at the first precise verdict,
-    two draws per arm: an A/A is SLOWER or FASTER in 3 and AMBIGUOUS in 34; a 2 % slowdown SLOWER in 78 (79
-    while half the threshold sufficed), SAME in 2. Where the first verdict is not settled (AMBIGUOUS, SAME by a
-    quarter of the threshold or more, SLOWER or
-    FASTER by under it), every replica sets the case up again at each round, on to the noise cap: 100 SAME, and
-    99 SLOWER (one SAME: +0.28 % at its first set-up, under a quarter of the threshold: settled)."""
+    two draws per arm: an A/A is SLOWER or FASTER in 3 and AMBIGUOUS in 34; a 2 % slowdown SLOWER in 78 (79 while
+    half the threshold sufficed), SAME in 2. Where the first verdict is not settled (AMBIGUOUS, SAME by a quarter of
+    the threshold or more, SLOWER or FASTER by under it), every replica sets the case up again at each round, on to
+    the noise cap: 100 SAME, and 99 SLOWER (one SAME: +0.28 % at its first set-up, under a quarter of the threshold:
+    settled)."""
     rng = random.Random(11)
 
     def draw():

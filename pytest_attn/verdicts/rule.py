@@ -30,7 +30,7 @@ another GPU of the model (a committed baseline, a pool of runners) -- and with t
 5 %) and ``Z`` = 3:
 
 * SLOWER when the change is at least ``max(Z * sigma, t / 2)``: beyond what noise does, and at least
-  half the threshold -- FASTER the mirror image;
+  half the threshold (a paired A/B, :mod:`.ab.paired`, 5/8 of it) -- FASTER the mirror image;
 * SAME when the change is under ``t / 2`` and ``|change| + Z * sigma < t``: a change of ``t`` is ruled out;
 * AMBIGUOUS otherwise: the evidence overlaps (too noisy to tell a change of ``t`` from none).
 

@@ -4,20 +4,20 @@ blocks of samples, each block of arm B beside one of arm A in time. Pure.
 A run-vs-baseline comparison fights noise *between* runs -- another day's clock, power cap, temperature --
 and resolves about 5 %. Pairing takes it out: the blocks of a pair ran within the same second or two, so
 whatever the clock did to one it did to the other, and only the arms' difference is left in their ratio.
-Per case the verdict is the gate's rule (:func:`~pytest_attn.verdicts.rule.verdict`) applied to the
-geometric mean of the pairs' ratios B/A, with the standard error of the mean log ratio as the noise: at
-the A/B threshold (:data:`AB_THRESHOLD`, 2 %), SLOWER once the change is beyond both three standard errors
-and :data:`AB_LEAST` of the threshold (1.25 %). Where every block's clock was read on the GPU
-(:mod:`pytest_attn.engine.clockprobe`) the ratios are
-of time at equal SM clock, else of time: at a power cap the clock is not shared by a pair -- it moves from
-block to block, and an arm whose data sit elsewhere in memory can draw more power and run at a lower clock
-all along (an H200 A/A of one process: 2.1-2.7 % in time, under 0.4 % in cycles). How far a case's time
-follows the clock is fitted on its own pairs (:func:`~pytest_attn.core.stats.clock_sensitivity`): a
-compute-bound kernel's time goes with 1/clock (its cycles are fixed), a memory-bound decode step's does not
-(its time is fixed). On an H100 (2026-11-26) an A/A in cycles called a power-capped FA4 prefill FASTER
-(-1.1 %: B's clock 1.3 % lower, its time +0.2 %; fitted sensitivity 0.17), and 2 % injected was AMBIGUOUS in
-cycles on 6 of 126 decode and varlen cases (memory-bound: +2.1 % in time, +1.3 % in cycles); judged at equal
-clock, the same pairs give SAME and 125 SLOWER. Time and cycles are reported beside it.
+Per case the verdict is the gate's rule (:func:`~pytest_attn.verdicts.rule.verdict`) applied to the geometric
+mean of the pairs' ratios B/A, with the standard error of the mean log ratio as the noise: at the A/B
+threshold (:data:`AB_THRESHOLD`, 2 %), SLOWER once the change is beyond both three standard errors and
+:data:`AB_LEAST` of the threshold (1.25 %). Where every block's clock was read on the GPU
+(:mod:`pytest_attn.engine.clockprobe`) the ratios are of time at equal SM clock, else of time: at a power cap
+the clock is not shared by a pair -- it moves from block to block, and an arm whose data sit elsewhere in
+memory can draw more power and run at a lower clock all along (an H200 A/A of one process: 2.1-2.7 % in time,
+under 0.4 % in cycles). How far a case's time follows the clock is fitted on its own pairs
+(:func:`~pytest_attn.core.stats.clock_sensitivity`): a compute-bound kernel's time goes with 1/clock (its
+cycles are fixed), a memory-bound decode step's does not (its time is fixed). On an H100 (2026-11-26) an A/A
+in cycles called a power-capped FA4 prefill FASTER (-1.1 %: B's clock 1.3 % lower, its time +0.2 %; fitted
+sensitivity 0.17), and 2 % injected was AMBIGUOUS in cycles on 6 of 126 decode and varlen cases (memory-bound:
++2.1 % in time, +1.3 % in cycles); judged at equal clock, the same pairs give SAME and 125 SLOWER. Time and
+cycles are reported beside it.
 
 ``tests/test_paired.py`` simulates a clock whose speed drifts +-5 % over a run: paired, a 2 % difference
 is SLOWER in 200 of 200 cases and an A/A never is; the same blocks compared run against run are not

@@ -88,8 +88,8 @@ def explain(r: AbResult, threshold: float) -> str:
     small = []
     if r.paired.verdict == "AMBIGUOUS" and (lo > 0 or hi < 0) and abs(r.paired.change) < AB_LEAST * threshold:
         small = [f"beyond the pairs' noise but under the {AB_LEAST * threshold:.2%} a paired A/B calls"
-                 f" {'slower' if lo > 0 else 'faster'} (an H100 A/A of unchanged code read +1.10 % so once in"
-                 " 1,398 cases: where each arm's data sit); rerun it to tell"]
+                 f" {'slower' if lo > 0 else 'faster'} (an H100 A/A of unchanged code read +1.10 % so, once in"
+                 " 1,398 cases); rerun it to tell"]
     return "; ".join([text, *small, *r.notes()])
 
 
