@@ -10,11 +10,10 @@ give it more time (the A/B's ``next:`` line names the ones a run left undecided)
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
-from pytest_attn.verdicts.ab.paired import AbResult
 from pytest_attn.verdicts.ab.places import place_spread
+from pytest_attn.verdicts.ab.summaries import read_ab_report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,21 +21,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("reports", nargs="+", help="ab.json files of paired A/B runs")
     ap.add_argument("--top", type=int, default=20, help="the cases with the largest place SD to print")
     args = ap.parse_args(argv)
-    results, threshold = [], None
-    for path in args.reports:
-        try:
-            with open(path) as fh:
-                doc = json.load(fh)
-        except (OSError, ValueError) as exc:
-            print(f"error: cannot read {path}: {exc}; give the ab.json an --attn-report run wrote", file=sys.stderr)
-            return 2
-        threshold = doc.get("threshold", threshold)
-        results += [AbResult.from_json(r) for r in doc.get("results", [])]
-    spread = place_spread(results)
+    try:
+        reports = [read_ab_report(path) for path in args.reports]
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    threshold = reports[-1][1]
+    spread = place_spread([r for _, _, results in reports for r in results])
     if not spread:
         print("no case with two replica set-ups of two pairs or more in these reports")
         return 1
-    quarter = (threshold or 0.02) / 4
+    quarter = threshold / 4
     width = max(len(p.name) for p in spread[: args.top])
     print(f"{'case'.ljust(width)}  place SD  set-ups  runs")
     for p in spread[: args.top]:

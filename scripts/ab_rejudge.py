@@ -11,12 +11,11 @@ slowdown injected (every verdict but SLOWER a miss) before spending GPU time on 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import Counter
 
-from pytest_attn.verdicts.ab.paired import AB_THRESHOLD, AbResult
 from pytest_attn.verdicts.ab.rejudge import tally
+from pytest_attn.verdicts.ab.summaries import read_ab_report
 
 
 def _counts(c: Counter[str]) -> str:
@@ -29,19 +28,16 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     total_rec: Counter[str] = Counter()
     total_now: Counter[str] = Counter()
-    for path in args.reports:
-        try:
-            with open(path) as fh:
-                doc = json.load(fh)
-        except (OSError, ValueError) as exc:
-            print(f"error: cannot read {path}: {exc}; give the ab.json an --attn-report run wrote", file=sys.stderr)
-            return 2
-        results = [AbResult.from_json(r) for r in doc.get("results", [])]
-        recorded, now, changed = tally(results, doc.get("threshold") or AB_THRESHOLD)
+    try:
+        reports = [read_ab_report(path) for path in args.reports]
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for path, (arms, threshold, results) in zip(args.reports, reports, strict=True):
+        recorded, now, changed = tally(results, threshold)
         total_rec += recorded
         total_now += now
-        arms = " | ".join(str(a) for a in doc.get("arms", []))
-        print(f"{path}: {len(results)} case(s) [{arms[:120]}]")
+        print(f"{path}: {len(results)} case(s) [{' | '.join(arms)[:120]}]")
         print(f"  recorded: {_counts(recorded)}\n  now:      {_counts(now)}")
         for c in changed:
             print(f"    {c.recorded} -> {c.now}: {c.name} ({c.change:+.2%})")

@@ -153,3 +153,14 @@ def write_ab_reports(folder: Path, results: Sequence[AbResult], arms: Sequence[s
         doc["attn_partial"] = partial
     return write_files(folder, {"summary.md": markdown(results, arms, threshold, fail_on, said, next_step),
                                 "results.csv": csv_text(results), "ab.json": json.dumps(doc, indent=1)})
+
+
+def read_ab_report(path: str | Path) -> tuple[list[str], float, list[AbResult]]:
+    """An ``ab.json`` that :func:`write_ab_reports` wrote: (its arms, threshold, results). ValueError, saying
+    what to give, where it cannot be read."""
+    try:
+        doc = json.loads(Path(path).read_text())
+        results = [AbResult.from_json(r) for r in doc.get("results", [])]
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        raise ValueError(f"cannot read {path}: {exc}; give the ab.json an --attn-report run wrote") from exc
+    return [str(a) for a in doc.get("arms", [])], float(doc.get("threshold") or 0.02), results
