@@ -4,13 +4,14 @@
 ``extra_info``); :mod:`.peers` puts each result against the others of its problem (vs best, speedup,
 slow paths); :mod:`.table` renders the terminal summary; :mod:`.fingerprint` says what a run was
 measured on and whether two may be compared; :mod:`.baseline` stores and checks baselines;
-:mod:`.rule` gives each case its verdict (SAME / SLOWER / FASTER / AMBIGUOUS / CLOCK / NEW / MISSING) and
+:mod:`.rule` gives each case its verdict (SAME / SLOWER / FASTER / AMBIGUOUS / CLOCK / NEW / MISSING), with
+:mod:`.fleet` the spread between GPUs of the model read from a baseline's repeats, and
 :mod:`.decision` a run's, per device model; :mod:`.reports` and :mod:`.plots` write Markdown, CSV and figures;
 :mod:`.merge` joins the JSON of shards run apart, and :mod:`.cli` is the ``pytest-attn merge`` command over
 them. A new verdict or report goes here; it reads records and writes text.
 
 Modules: :mod:`.runs`, :mod:`.peers`, :mod:`.table`, :mod:`.layout` (text that fits a terminal),
-:mod:`.fingerprint`, :mod:`.baseline`, :mod:`.rule`, :mod:`.decision`, :mod:`.reports` (the gate's, over
+:mod:`.fingerprint`, :mod:`.baseline`, :mod:`.fleet`, :mod:`.rule`, :mod:`.decision`, :mod:`.reports` (the gate's, over
 :mod:`.render`, which the A/B's share), :mod:`.plots`, the paired A/B's verdicts and reports in :mod:`.ab`,
-:mod:`.merge`, :mod:`.cli` and :mod:`.__main__` (``pytest-attn merge``).
+:mod:`.merge`, :mod:`.cli` and :mod:`.__main__` (``pytest-attn merge``, ``pytest-attn baseline add``).
 """

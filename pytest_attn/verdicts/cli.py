@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 from ..core.converters import option_value
 from ..core.files import InputError, read_json, write_atomic
-from .baseline import baseline_path, check_run, load_baseline
+from .baseline import add_runs, baseline_path, check_run, load_baseline
 from .decision import by_device, gate
 from .merge import MergeError, merge_runs, shard_problems
 from .reports import write_reports
@@ -40,6 +40,9 @@ class _Parser(argparse.ArgumentParser):
 
 DESCRIPTION = ("pytest-attn's command line. The benchmarks themselves run under pytest (pytest suites/; pytest"
                " --help lists the --attn-* options); this tool works on their saved JSON.")
+BASELINE = ("Add saved runs (--benchmark-json files of the baseline's selection, measured on other GPUs or hosts of"
+            " its GPU model) to a baseline as repeats. Each repeat keeps the GPU that measured it, so the gate"
+            " measures how much the model's GPUs differ instead of assuming it. Exit status: 0 added, 4 bad input.")
 MERGE = ("Merge the JSON files of shards (--attn-shard=I/N on several runners, or runs that measured different"
          " problems) into one run: the summary a single run of them all would print, one merged JSON, the reports,"
          " and the gate, per device model. Exit status: 0 the gate passed (or there is none), 1 it failed, 4 bad"
@@ -56,7 +59,7 @@ def _version() -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="pytest-attn", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=_version())
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{merge}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{merge,baseline}")
     merge = sub.add_parser("merge", help="merge shards' JSON files into one summary, JSON, report and gate",
                            description=MERGE)
     merge.add_argument("files", nargs="+", type=Path, help="pytest-benchmark JSON files of pytest-attn runs")
@@ -76,7 +79,20 @@ def _parser() -> argparse.ArgumentParser:
     merge.add_argument("--allow-partial", action="store_true",
                        help="merge shards that are not the whole run (one missing, or of another run); the merged"
                             " run is marked partial")
+    base = sub.add_parser("baseline", help="add saved runs to a baseline as repeats (from other GPUs or hosts)",
+                          description=BASELINE)
+    base_sub = base.add_subparsers(dest="action", required=True, metavar="{add}")
+    add = base_sub.add_parser("add", help="add runs' JSON to BASELINE as repeats, each tagged with its GPU",
+                              description=BASELINE)
+    add.add_argument("baseline", type=Path, help="the baseline file (created from the first run where missing)")
+    add.add_argument("files", nargs="+", type=Path, help="--benchmark-json files of the baseline's selection")
     return parser
+
+
+def baseline(args: argparse.Namespace, out: list[str]) -> int:
+    runs = [(str(path), read_json(path, "run")) for path in args.files]
+    out.extend(add_runs(args.baseline, runs))
+    return OK
 
 
 def _read(paths: Sequence[Path]) -> list[tuple[str, dict]]:
@@ -151,13 +167,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     out: list[str] = []
     try:
-        status = merge(args, out)
+        status = baseline(args, out) if args.command == "baseline" else merge(args, out)
     except InputError as exc:  # a merge, a baseline or a file that cannot be used
-        out.append(f"pytest-attn merge: {exc}")
+        out.append(f"pytest-attn {args.command}: {exc}")
         status = USAGE
     except OSError as exc:  # a write that failed after the check (a full disk)
-        out.append(f"pytest-attn merge: cannot write {exc.filename or 'a file'}: {exc.strerror or exc}; nothing"
-                   " half-written was left. Free space (or give another path) and rerun")
+        out.append(f"pytest-attn {args.command}: cannot write {exc.filename or 'a file'}: {exc.strerror or exc};"
+                   " nothing half-written was left. Free space (or give another path) and rerun")
         status = USAGE
     print("\n".join(out))
     return status

@@ -5,6 +5,7 @@ explain them, and whether the run passes. Pure.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,13 +16,12 @@ from .fingerprint import Fingerprint, differences, fingerprint_of
 from .reports import counts, terminal_lines
 from .rule import (
     DEFAULT_FAIL_ON,
-    OTHER_GPU_NOISE,
     Comparison,
     Noise,
     Thresholds,
+    Z,
     compare,
     matched,
-    other_gpu,
     regressions,
 )
 from .runs import benches, by_name, partial_note
@@ -65,6 +65,30 @@ def refusal(base: dict[str, Any], name: str, fp: Fingerprint) -> tuple[str | Non
     return None, [f"baseline {name} has no fingerprint: it cannot be checked to be from this device"]
 
 
+def gpu_notes(comparisons: Sequence[Comparison], shown: int = 4) -> list[str]:
+    """Which cases the between-GPU noise holds back -- their noise band reaches half the threshold only because
+    of it -- and what would sharpen them: repeats from more GPUs of the model in the baseline."""
+    held = []
+    for c in comparisons:
+        if not c.gpu_noise or c.noise is None or c.threshold is None:
+            continue
+        rest = math.sqrt(max(0.0, c.noise**2 - c.gpu_noise**2))
+        if c.noise >= c.threshold / 2 > rest:
+            held.append(c)
+    if not held:
+        return []
+    sources = {c.gpu_source for c in held}
+    one_gpu = sources == {"allowance"}
+    why = ("their baseline measured each on one GPU, so the allowance for two GPUs stands in" if one_gpu
+           else "their baseline's GPUs disagree on them, or measured them on one GPU")
+    named = ", ".join(f"{c.name} (+-{c.noise:.1%}, {c.gpu_noise / (c.noise or 1):.0%} of it between GPUs)"
+                      for c in sorted(held, key=lambda x: -x.gpu_noise)[:shown])
+    more = f" and {len(held) - shown} more" if len(held) > shown else ""
+    return [f"{len(held)} case(s) would gate more sharply with more GPUs in their baseline ({why}): {named}{more}."
+            f" Add repeats from other GPUs of the model: --attn-add-to-baseline on each, or pytest-attn baseline"
+            f" add BASELINE RUN.json ... (a noise band is {Z:g} x sigma)"]
+
+
 def gate(records: Sequence[Record], base: dict[str, Any], name: str, fp: Fingerprint, thresholds: Thresholds,
          fail_on: Sequence[str] = DEFAULT_FAIL_ON, named: bool = True, width: int | None = None) -> Outcome:
     """Verdicts for ``records`` (one device model) against the run ``base``. ``named``: the user named
@@ -81,13 +105,7 @@ def gate(records: Sequence[Record], base: dict[str, Any], name: str, fp: Fingerp
     comparisons = compare(old, new, thresholds, noise)
     if old:
         notes.append(noise.describe())
-    others = sorted({f"{c.baseline.record.device.uuid} -> {c.current.record.device.uuid}" for c in comparisons
-                     if c.baseline is not None and c.current is not None and other_gpu(c.baseline, c.current)
-                     and c.baseline.record is not None and c.current.record is not None})
-    if others:
-        notes.append(f"the baseline was recorded on another GPU of this model ({'; '.join(others)}): each case's"
-                     f" noise includes {OTHER_GPU_NOISE:.1%} for the difference between two GPUs (measured on two"
-                     " H100s); a baseline recorded on this GPU gates more sharply")
+    notes += gpu_notes(comparisons)
     lines = terminal_lines(comparisons, name, notes, width)
     failing = regressions(comparisons, fail_on)
     if old and not matched(comparisons):

@@ -24,10 +24,10 @@ captured, no CUPTI): it says what differs and what to do, and fails the run by d
   A repeat more than twice or under half the median of a case's three or more is left out of its spread
   (:func:`repeat_spread`): with one 100x repeat in one case, a 300 % slowdown was AMBIGUOUS everywhere.
 
-A side's noise is ``sqrt(within^2 + between^2 / K)`` (K repeats averaged), the change's noise
-``sigma = sqrt(base^2 + current^2)`` -- plus :data:`OTHER_GPU_NOISE` once where the baseline was recorded on
-another GPU of the model (a committed baseline, a pool of runners) -- and with the threshold ``t`` (default
-5 %) and ``Z`` = 3:
+A side's noise is ``sqrt(within^2 + between^2 / K)`` (K repeats averaged; a baseline over several GPUs: the mean
+of its GPUs' medians), the change's noise ``sigma = sqrt(base^2 + current^2 + gpus^2)``, ``gpus`` the spread
+between this run's GPU and the baseline's (:mod:`.fleet`: measured from a baseline's repeats on several GPUs, else
+an allowance measured on real hosts) -- and with the threshold ``t`` (default 5 %) and ``Z`` = 3:
 
 * SLOWER when the change is at least ``max(Z * sigma, t / 2)``: beyond what noise does, and at least
   half the threshold (a paired A/B, :mod:`.ab.paired`, 5/8 of it) -- FASTER the mirror image;
@@ -54,13 +54,15 @@ A case that stopped at its time cap before its precision target keeps its verdic
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ..core.percent import parse_percent
-from ..core.stats import OUTLIER_FACTOR, Z95, median, relative_spread, times_off, without_outliers
+from ..core.stats import OUTLIER_FACTOR, Z95, median, times_off
+from .fleet import FleetNoise, gpu_factor, spread
 from .runs import Bench
 
 VERDICTS = ("SLOWER", "TIMER", "CLOCK", "AMBIGUOUS", "FASTER", "SAME", "NEW", "MISSING")
@@ -73,12 +75,6 @@ Z = 3.0
 ASSUMED_RUN_NOISE = 0.01  # between-run noise of one GPU run's median when the baseline measured none
 ASSUMED_CPU_RUN_NOISE = 0.05  # the same on a CPU (shared machines, frequency scaling)
 FLOOR = 0.0025  # between-run noise is never taken as less than this
-#: The noise of a case's median between two GPUs of one model, added once where the baseline was recorded on
-#: another GPU (its UUID) than this run's: the committed H100 baseline (GPU-fad9c7ce, 2026-11-24) against two
-#: clean reruns on another H100 (GPU-cc20cb34, 2026-11-25) moved its 206 cases by a standard deviation of 0.92 %
-#: (robust 0.70 %; up to +2.9 % on a latency-bound 16 us decode step), where the two reruns on one GPU differed
-#: by 0.33 % a run. Against the baseline's own repeats alone, that rerun had 2 SLOWER.
-OTHER_GPU_NOISE = 0.009
 CLOCK_STEP = 0.01  # an SM clock move under this (about one 15 MHz step at 1.5-2 GHz) is not taken as one
 
 
@@ -134,18 +130,26 @@ class Thresholds:
 class Noise:
     """The between-run noise the rule assumes: measured (from repeats) or assumed. On a GPU a case's
     noise is its own (the power-capped cases move most), pooled by the median spread; on a CPU a jump
-    between runs can hit any case, so the largest spread of any case is every case's (``worst``)."""
+    between runs can hit any case, so the largest spread of any case is every case's (``worst``). And the
+    between-GPU spread (:class:`.fleet.FleetNoise`): none on a CPU."""
 
     pooled: float | None  # the median (worst: the largest) spread over the baseline's cases with repeats
     assumed: float = ASSUMED_RUN_NOISE
     worst: bool = False
+    fleet: FleetNoise | None = None  # None: no between-GPU noise (a CPU, or two runs compared without a baseline)
 
     @classmethod
     def of(cls, base: Mapping[str, Bench], cur: Mapping[str, Bench], cpu: bool = False) -> Noise:
         """The noise of two runs on a GPU, or with ``cpu`` on a CPU (its assumed noise, the worst case)."""
         spreads = [s for b in (*base.values(), *cur.values()) if (s := repeat_spread(b)) is not None]
         pooled = (max if cpu else median)(spreads) if spreads else None
-        return cls(pooled, ASSUMED_CPU_RUN_NOISE if cpu else ASSUMED_RUN_NOISE, cpu)
+        noise = cls(pooled, ASSUMED_CPU_RUN_NOISE if cpu else ASSUMED_RUN_NOISE, cpu)
+        if cpu:
+            return noise
+        run = pooled if pooled is not None else noise.assumed
+        fleet = FleetNoise.of(((b.backend, b.bound, spread(b.repeats_s, b.repeats_gpu)) for b in base.values()
+                               if b.repeats_s), max(FLOOR, run))
+        return dataclasses.replace(noise, fleet=fleet)
 
     def between(self, b: Bench, c: Bench) -> float:
         """The between-run noise of one run of this case."""
@@ -154,23 +158,34 @@ class Noise:
             return self.assumed
         return max([FLOOR, *own, *([self.pooled] if self.pooled is not None else [])])
 
+    def gpu(self, b: Bench, c: Bench, between: float) -> tuple[float, float, str]:
+        """(tau, the multiple of tau^2 between ``c``'s GPU and ``b``'s centre, where tau came from) for this case;
+        (0, 0, "") on a CPU or between two runs without a baseline's repeats."""
+        if self.fleet is None or not b.repeats_s:
+            return 0.0, 0.0, ""
+        s = spread(b.repeats_s, b.repeats_gpu)
+        tau, source = self.fleet.tau(b.backend, b.bound, s.tau(between))
+        return tau, gpu_factor(s, c.gpu), source
+
     def describe(self) -> str:
         if self.pooled is None:
-            return (f"between-run noise assumed {self.assumed:.1%} per run (no repeats recorded: to measure it, add"
-                    " two repeats to the baseline with --attn-add-to-baseline)")
-        if self.worst:
-            return (f"between-run noise measured from repeats: the largest of any case, {self.pooled:.2%} per run,"
-                    " taken for every case (on a CPU a jump between runs can hit any case)")
-        return f"between-run noise measured from repeats: median {self.pooled:.2%} per run (floor {FLOOR:.2%})"
+            run = (f"between-run noise assumed {self.assumed:.1%} per run (no repeats recorded: to measure it, add"
+                   " two repeats to the baseline with --attn-add-to-baseline)")
+        elif self.worst:
+            run = (f"between-run noise measured from repeats: the largest of any case, {self.pooled:.2%} per run,"
+                   " taken for every case (on a CPU a jump between runs can hit any case)")
+        else:
+            run = f"between-run noise measured from repeats: median {self.pooled:.2%} per run (floor {FLOOR:.2%})"
+        return run if self.fleet is None else f"{run}; {self.fleet.describe()}"
 
 
 def repeat_spread(bench: Bench) -> float | None:
-    """The spread of a case's repeats, an outlier repeat left out (:func:`~pytest_attn.core.stats.without_outliers`):
-    one odd run of three must not make every case AMBIGUOUS (on a CPU the largest spread is every case's). Two
-    repeats too far apart to say which is odd have no spread to give (:func:`odd_pair`)."""
-    if odd_pair(bench):
+    """The spread of a case's repeats around their own GPU's median (pooled within GPUs, :func:`.fleet.spread`), an
+    outlier repeat left out: one odd run of three must not make every case AMBIGUOUS (on a CPU the largest spread is
+    every case's). Two repeats too far apart to say which is odd have no spread to give (:func:`odd_pair`)."""
+    if odd_pair(bench) or len(bench.repeats_s) < 2:
         return None
-    return relative_spread(without_outliers(bench.repeats_s)[0])
+    return spread(bench.repeats_s, bench.repeats_gpu).run
 
 
 def odd_pair(bench: Bench) -> str:
@@ -185,10 +200,12 @@ def odd_pair(bench: Bench) -> str:
 
 
 def side_sigma(bench: Bench, between: float) -> float:
-    """Relative noise of one run's median: within (its samples' CI) and between runs, over K repeats."""
+    """Relative noise of one run's median: within (its samples' CI) and between runs, over its repeats (a baseline
+    over several GPUs: the variance of the mean of its GPUs' medians, :meth:`.fleet.Spread.center_variance`)."""
     within = bench.spread / Z95 if math.isfinite(bench.spread) else 1.0
-    repeats = max(1, len(bench.repeats_s))
-    return math.sqrt(within**2 + between**2 / repeats)
+    if len(bench.repeats_s) < 2:
+        return math.sqrt(within**2 + between**2)
+    return math.sqrt(within**2 + spread(bench.repeats_s, bench.repeats_gpu).center_variance(between))
 
 
 def verdict(change: float, sigma: float, threshold: float, least: float = 0.5) -> str:
@@ -216,6 +233,8 @@ class Comparison:
     cycles_change: float | None = None  # the same in clock cycles (time x SM clock), where both have clocks
     notes: tuple[str, ...] = ()
     in_time: str = ""  # the verdict of the time alone, before the clock cycles were consulted
+    gpu_noise: float = 0.0  # Z x the between-GPU part of sigma (0: the same GPU, a CPU, no baseline repeats)
+    gpu_source: str = ""  # where that part came from: "own" (this case's GPUs), "pooled" (its class's), "allowance"
 
     @property
     def entry(self) -> Bench:
@@ -325,8 +344,9 @@ def _compare_one(name: str, b: Bench, c: Bench, thresholds: Thresholds, noise: N
         return Comparison(name, "AMBIGUOUS", b, c, change, threshold, notes=(odd,))
     between = noise.between(b, c)
     host = host_noise(b, c)
-    sigma = math.hypot(side_sigma(b, between), side_sigma(c, between), OTHER_GPU_NOISE if other_gpu(b, c) else 0.0,
-                       host)
+    tau, factor, source = noise.gpu(b, c, between)
+    gpu_sigma = tau * math.sqrt(factor)
+    sigma = math.hypot(side_sigma(b, between), side_sigma(c, between), gpu_sigma, host)
     in_time = verdict(change, sigma, threshold)
     result, notes = in_time, []
     if host:
@@ -342,7 +362,8 @@ def _compare_one(name: str, b: Bench, c: Bench, thresholds: Thresholds, noise: N
     for side, bench in (("baseline", b), ("this run", c)):
         if not bench.converged:
             notes.append(f"{side} did not converge (time cap; its median's 95% CI is +-{bench.spread:.1%})")
-    return Comparison(name, result, b, c, change, threshold, Z * sigma, cycles_change, tuple(notes), in_time)
+    return Comparison(name, result, b, c, change, threshold, Z * sigma, cycles_change, tuple(notes), in_time,
+                      Z * gpu_sigma, source if gpu_sigma else "")
 
 
 def compare(base: Mapping[str, Bench], cur: Mapping[str, Bench], thresholds: Thresholds,
