@@ -17,7 +17,7 @@ from .base import ForwardFn
 
 class ReferenceBackend:
     name = "reference"
-    description = "upcast fp32 reference: explicit softmax(q k^T) v per sequence (pytest_attn.reference)"
+    description = "upcast fp32 reference: explicit softmax(q k^T) v per sequence (pytest_attn.oracle.reference)"
     layout = "thd"
     needs_cuda = False
     has_backward = True

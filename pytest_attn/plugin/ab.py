@@ -46,9 +46,8 @@ from .session import (
     terminal_say,
 )
 
-#: A case still too noisy to decide at twice --attn-max-time goes on to this many times that. On an H200 an
-#: A/A stopped at twice gave power-capped cases 4-16 pairs and three were FASTER or SLOWER (1.1-4.6 %); going
-#: on, they took up to 46 pairs and none was (2026-11-24, the committed selection, --attn-max-time=1).
+#: A case still too noisy to decide at twice --attn-max-time goes on to this many times that: stopped at twice,
+#: an A/A called power-capped cases FASTER or SLOWER (docs/gpu-validation.md#the-paired-ab).
 NOISY_TIMES = 3
 #: Worker processes per arm (engine.pairing: where a process sits must cancel out of the verdict).
 REPLICAS = 2

@@ -5,7 +5,7 @@ and the end-of-session summary.
 Hand-over: the per-call times become pytest-benchmark's own rounds through its public API
 (``benchmark.pedantic`` with the ``timer`` option set to :func:`replay_clock`, a clock that advances by
 exactly one measured sample per round), and the result record is written as the benchmark's
-``extra_info`` -- here only (:meth:`AttnSession.add`).
+``extra_info`` -- here only (:meth:`~.results.Results.add`).
 """
 
 from __future__ import annotations

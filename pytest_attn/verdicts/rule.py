@@ -17,12 +17,10 @@ captured, no CUPTI): it says what differs and what to do, and fails the run by d
 * between runs (the clock, the GPU's temperature, memory placement): the spread of the case's medians
   over independent runs (``--attn-add-to-baseline`` adds one to a stored baseline) where it has them --
   at least the median spread over all cases (a spread of three is itself noisy) and :data:`FLOOR` -- else
-  an assumed :data:`ASSUMED_RUN_NOISE` (on an H200, a clean rerun of 110 cases moved them by -2.3 % to
-  +3.2 %). On a CPU the largest spread of any case stands for every case (:class:`Noise`, ``worst``): on
-  the 2-core CI VM clean reruns of the CPU profile moved cases whose own three repeats agreed by +40 to
-  +67 %; pooled by the median (10 %), four of five reruns had 3-10 SLOWER; by the largest (26 %), none.
-  A repeat more than twice or under half the median of a case's three or more is left out of its spread
-  (:func:`repeat_spread`): with one 100x repeat in one case, a 300 % slowdown was AMBIGUOUS everywhere.
+  an assumed :data:`ASSUMED_RUN_NOISE`. On a CPU the largest spread of any case stands for every case
+  (:class:`Noise`, ``worst``): on a shared CI machine a jump between runs can hit any case. A repeat more
+  than twice or under half the median of a case's three or more is left out of its spread
+  (:func:`repeat_spread`): one odd run must not blind the gate.
 
 A side's noise is ``sqrt(within^2 + between^2 / K)`` (K repeats averaged; a baseline over several GPUs: the mean
 of its GPUs' medians), the change's noise ``sigma = sqrt(base^2 + current^2 + gpus^2)``, ``gpus`` the spread
@@ -35,10 +33,8 @@ an allowance measured on real hosts) -- and with the threshold ``t`` (default 5 
 * AMBIGUOUS otherwise: the evidence overlaps (too noisy to tell a change of ``t`` from none).
 
 **False alarms and power.** With the noise known, an unchanged case is called SLOWER only when it
-moved beyond both ``3 sigma`` and ``t / 2``: at most 0.13 % of the time. Simulated with 3-repeat
-baselines (tests/test_gate.py, 400 cases each): at 0.3 % between-run noise per run, A/A pairs gave 400
-SAME and a 5 % shift 400 SLOWER; at 0.7 %, A/A gave 372 SAME, 26 AMBIGUOUS, 2 SLOWER, and a 5 % shift
-383 SLOWER and 17 AMBIGUOUS -- a rough noise estimate costs a few AMBIGUOUS, never a SAME.
+moved beyond both ``3 sigma`` and ``t / 2``: at most 0.13 % of the time; a rough noise estimate costs a few
+AMBIGUOUS, never a SAME (simulated in tests/test_gate.py; measured: docs/gpu-validation.md#the-stored-baseline-gate).
 
 **Clocks.** Where both runs recorded their SM clock, the verdict is checked in cycles (time x clock), by
 the same rule (a stored baseline pairs each repeat's time with its own clock). A SLOWER (FASTER) that
@@ -46,10 +42,9 @@ is not SLOWER there is CLOCK -- the GPU ran at a lower clock, not slower code; t
 the move is the clock's, and when this run sat at the power cap, that a kernel drawing more power
 lowers the clock itself. A SAME is AMBIGUOUS when the clock rose by :data:`CLOCK_STEP` or more and the
 cycles are slower and not SAME: a faster clock can hide a slower kernel. (A speedup hidden by a slower
-clock stays SAME: the gate is for slowdowns.) On an H200 (2026-11-23) a 5 % slowdown met a clock 2-5 %
-faster than the baseline's on four cases, whose time then moved -0.4 % to +0.6 %: SAME by time alone,
-+2.3 % to +4.9 % in cycles; the clean rerun of the same 113 cases lost no SAME to this rule.
-A case that stopped at its time cap before its precision target keeps its verdict and says so.
+clock stays SAME: the gate is for slowdowns.) A faster clock hid a 5 % slowdown on four cases of an H200
+run (docs/gpu-validation.md#the-stored-baseline-gate). A case that stopped at its time cap before its
+precision target keeps its verdict and says so.
 """
 
 from __future__ import annotations
@@ -311,9 +306,8 @@ def unlike(b: Bench, c: Bench) -> str:
 
 def host_noise(b: Bench, c: Bench) -> float:
     """The share of an events figure the GPU sat idle while the host launched the call (``Timing.host_gap``), the
-    larger of the two runs': it moves with the host. On an H100, FA4's varlen fwd+bwd (kernels 6.6-7.0 ms) read
-    7.54 ms by events in the committed baseline and 7.04 and 7.25 ms on another host: FASTER against its repeats'
-    1.3 % spread alone; its gaps were 2-5 % of the call."""
+    larger of the two runs': it moves with the host (a case timed by events read 4-7 % faster on another host:
+    docs/gpu-validation.md#the-stored-baseline-gate)."""
     gaps = [t.host_gap for t in (x.record.timing for x in (b, c) if x.record is not None)
             if t.timer == "cuda-event" and t.host_gap]
     return max([*gaps, unrecorded_gap(b, c)], default=0.0)
@@ -322,9 +316,8 @@ def host_noise(b: Bench, c: Bench) -> float:
 def unrecorded_gap(b: Bench, c: Bench) -> float:
     """A baseline timed by events before the gaps were recorded (no ``host_gap`` in its record): its gap, as far
     as this run's kernels tell it -- what they leave of the baseline's median. That presumes the kernels did not
-    change; where they did, the change counts as noise (AMBIGUOUS, not SAME: record the baseline again). On an H100
-    (2026-11-26) FA4's varlen fwd+bwd, baseline 7.54 ms by events and no gap recorded, read 7.32 and 7.07 ms with
-    6.9-7.2 ms of kernels: FASTER once, against a noise of this run's own 0-2 % gap."""
+    change; where they did, the change counts as noise (AMBIGUOUS, not SAME: record the baseline again). Measured:
+    docs/gpu-validation.md#the-stored-baseline-gate."""
     if b.record is None or c.record is None:
         return 0.0
     tb, tc = b.record.timing, c.record.timing

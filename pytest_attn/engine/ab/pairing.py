@@ -13,27 +13,24 @@ stopping rule included: at a power cap the clock moves block by block and with w
 **Replicas.** Each arm is two worker processes, started and given each case in the order A1 B1 B2 A2;
 pairs alternate between the replicas two at a time (A1 B1, B1 A1, A2 B2, B2 A2, ...), so every replica takes
 as many pairs with its arm first as second. Where a process sits decides some cases by about 1 %, with a
-sign set by which arm's process started and allocated first (on an H200 a 15 us decode step: 18 of 18 fresh
-A/As negative, -0.3 to -1.2 %; on an H100, inside the full run, a b8 decode step +1.3 and +1.4 % in two A/As:
-SLOWER at 2 %). A1/B1 has A first, A2/B2 has B first, so the verdict -- the mean of the replicas' mean
+sign set by which arm's process started and allocated first (docs/gpu-validation.md#the-paired-ab). A1/B1 has
+A first, A2/B2 has B first, so the verdict -- the mean of the replicas' mean
 ratios, its noise the spread within each (:func:`~pytest_attn.core.stats.stratified_log_ratio`) -- keeps the
 arms' difference and loses the places'. The second replica of an arm times the case as the first did (A1's
 timer, calls per sample and input sets) and skips the reference check the first replica of its arm passed.
 
 **New places.** Two draws of place per arm average it only so far: the verdict counts what the replicas differ
-by as noise, so a case whose replicas land 1-4 % apart stays AMBIGUOUS however many pairs it takes (an H100
-``same+slowdown=2%`` run: 7 of 206 cases, 4 of them with replicas 1.4-2.9 % apart; an A/A: 19 AMBIGUOUS, most
-of them so). Where the stopping rule would stop but the first verdict is not settled (``judge``:
+by as noise, so a case whose replicas land 1-4 % apart stays AMBIGUOUS however many pairs it takes. Where
+the stopping rule would stop but the first verdict is not settled (``judge``:
 :meth:`~pytest_attn.verdicts.ab.paired.Paired.settled`), every replica sets the case up again while holding its
 old set-up -- its data then sit elsewhere -- in the other order than last time, and the pairs go on, each
 replica of each set-up a stratum of its own (``PairRun.replicas``: replica + replicas x set-up), at a new set-up
 each round, until the noise cap (and at least as long again as it took to be undecided:
-:meth:`PairRule.undecided_cap`), where the case is judged once. On an H100 (2026-11-26) a replica's set-ups read
-one decode step -1.8 to +0.7 % apart: the place is the data's, not the process's. Not judged at every round and
-stopped once decided: places that happened to agree would decide it (on fake arms whose places move a case by
-0.6 % SD, one in ten by 1.5 % more, 21 of 200 A/As went SLOWER or FASTER so, and 11 of 200 2 % slowdowns SAME).
+:meth:`PairRule.undecided_cap`), where the case is judged once: the place is the data's, not the process's, and
+places that happened to agree would decide a case judged at every round (tests/test_ab.py; measured:
+docs/gpu-validation.md#the-paired-ab).
 
-Arms are anything with ``ask(request) -> answer`` (:class:`~pytest_attn.engine.arms.ArmProcess`; tests
+Arms are anything with ``ask(request) -> answer`` (:class:`~pytest_attn.engine.ab.processes.ArmProcess`; tests
 use fakes on a fake clock).
 """
 
@@ -63,10 +60,8 @@ class PairRule:
       noise, widened by Student's t for the pairs taken (as the verdict widens it), is within
       ``decidable`` of the threshold -- long calls, such as HunyuanVideo's 1.5 s step, get few pairs;
     * ``noise-cap``: at ``noisy_time_s`` whatever the noise, once ``min_pairs`` are taken -- a case still too
-      noisy at ``max_time_s`` (power-capped ones on an H200: a pair's ratio varied by 2-3 %) goes on until then;
-      a long step's four pairs, past it already, are not enough (on an H100 two HunyuanVideo fwd+bwd steps
-      slowed by 2 % on purpose stopped there at +2.2 and +2.5 %, AMBIGUOUS: their noise from three degrees of
-      freedom, taken x3.1);
+      noisy at ``max_time_s`` (a power-capped one) goes on until then; a long step's four pairs, past it
+      already, are not enough (their noise, from three degrees of freedom, is taken x3.1);
     * ``pair-cap``: at ``max_pairs``.
 
     A precision or time-cap stop whose verdict is not settled (``decided`` says False) is not taken: until
@@ -74,10 +69,8 @@ class PairRule:
     noise cap.
 
     A block lasts about ``block_s``: one sample where one sample is longer. A kernel-sum arm traces a block's
-    samples together (:meth:`~pytest_attn.engine.timers.KernelSumTimer.samples`): on an H100, 10 samples of a
-    decode step took 17-36 ms of host time so, 36-60 ms one trace each (the profiler's work per kernel record,
-    not its session, is most of it), with the same medians. Blocks of 30 ms, not 50: the decode A/A's pairs took
-    63 s, not 134 s, and the A/A of the committed selection stayed at 0 SLOWER, 0 FASTER."""
+    samples together (:meth:`~pytest_attn.engine.timers.KernelSumTimer.samples`), which halves a block's host
+    time with the same medians (docs/gpu-validation.md#the-paired-ab)."""
 
     threshold: float = 0.02
     z: float = 3.0
@@ -121,9 +114,8 @@ class PairRule:
 
     def undecided_cap(self, undecided_s: float) -> float:
         """How long a case whose verdict was first undecided after ``undecided_s`` goes on: to the noise cap, and
-        at least as long again. A 1.5 s HunyuanVideo fwd+bwd step has its four pairs at 8-13 s, past the noise
-        cap of ``--attn-max-time=1``: stopped there, 2 of 5 slowed by 2 % on purpose were AMBIGUOUS (+2.2 and
-        +2.5 %, the noise of four pairs taken x3.1) on an H100."""
+        at least as long again: a 1.5 s step has its four pairs past the noise cap of ``--attn-max-time=1``, too
+        few to decide a 2 % slowdown (docs/gpu-validation.md#the-paired-ab)."""
         return max(self.noisy_time_s, 2 * undecided_s)
 
     def samples(self, wall_per_sample_s: float | None) -> int:
@@ -188,7 +180,7 @@ class PairRun:
     def judged(self) -> tuple[list[float], list[float]]:
         """What the pairs are judged on, the stopping rule included: time at equal clock (time x mean clock **
         the case's clock sensitivity, fitted on the pairs so far; 1 until the clocks vary) where the clocks were
-        measured, else time -- as the verdict (:func:`~pytest_attn.verdicts.paired.paired`) judges them. A
+        measured, else time -- as the verdict (:func:`~pytest_attn.verdicts.ab.paired.paired`) judges them. A
         memory-bound decode step, whose time does not follow the clock, is then not held to the clock's noise."""
         if not self.clocks_measured:
             return self.a_s, self.b_s
