@@ -148,7 +148,11 @@ class Asks(Protocol):
 
     label: str
 
-    def ask(self, request: Asking[A]) -> A: ...
+    def ask(self, request: Asking[A], within_s: float | None = None) -> A:
+        """The answer to ``request``; an arm's process is given ``within_s`` seconds (:mod:`.waits`)."""
+        ...
+
+
 ANSWERS: dict[type, type] = {Hello: HelloAnswer, Prepare: PrepareAnswer, Block: BlockAnswer, HandOver: Handed,
                              Finish: Finished, Release: Released}
 REQUESTS: dict[str, type] = {kind.op: kind for kind in ANSWERS}  # type: ignore[attr-defined]
