@@ -185,6 +185,14 @@ def test_an_arm_killed_holding_a_case_fails_it_by_name_and_the_next_case_sets_up
     assert stub_arm.ask(Block(1)).times == [0.001]
 
 
+def test_an_arm_that_sees_another_gpu_than_its_controller_is_refused(stub_arm, tmp_path, monkeypatch):
+    (tmp_path / "stub" / "sitecustomize.py").write_text("import os\nos.environ['CUDA_VISIBLE_DEVICES'] = '0'\n")
+    with pytest.raises(ArmError, match=r"arm B1 \(B's replica 1, stub; pid \d+, CUDA_VISIBLE_DEVICES=GPU-stub-3\) was"
+                                       r" started with CUDA_VISIBLE_DEVICES=GPU-stub-3 but sees 0: an arm measures on"
+                                       r" its controller's GPU only"):
+        stub_arm.ask(Prepare({}, "t"))
+
+
 # ---- the plugin, with real arms: one frozen in its set-up, one frozen in a block, one killed --------------
 FAULTY = '''
 """sdpa-math, whose arm freezes or dies where ARM_FAULT says (case id part=mode;...)."""

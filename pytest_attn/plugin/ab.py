@@ -7,9 +7,11 @@ the paired blocks (:mod:`pytest_attn.verdicts.ab.paired`). Arm B's record goes t
 table, JSON, autosave) with the A/B outcome in its ``extra_info`` (``attn_ab``); the session ends with the
 A/B table, ``--attn-report`` files (summary.md, results.csv, ab.json), the job summary under GitHub
 Actions, and a non-zero exit status for the verdicts ``--attn-fail-on`` names (SLOWER by default). No
-stored baseline is read or written. Under pytest-xdist every worker (one per GPU) runs its own pair of
-arms and hands each outcome to the controller in its test report. An arm that dies or stops answering fails
-its case and is replaced (:mod:`pytest_attn.engine.ab.processes`).
+stored baseline is read or written. Under pytest-xdist every worker (one per GPU) runs its own arms -- their
+processes inherit the worker's ``CUDA_VISIBLE_DEVICES``, so each case's pairs run on that one GPU -- and hands
+each outcome (with the worker and its GPU) to the controller in its test report; the controller writes the one
+A/B report and exit status of them all. An arm that dies or stops answering fails its case and is replaced
+(:mod:`pytest_attn.engine.ab.processes`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from .session import (
     AB_WORKER_LINES,
     ATTN_SESSION,
     PARTIAL,
+    PINNED,
     AttnSession,
     attn_session,
     terminal_say,
@@ -62,12 +65,14 @@ class AbRun:
     """The arms of this process and the outcomes of the session (a controller's: its workers')."""
 
     def __init__(self, specs: tuple[ArmSpec, ArmSpec], threshold: float, fail_on: tuple[str, ...],
-                 say: Callable[[str], None] = lambda line: None, waits: ArmWaits = DEFAULT_WAITS) -> None:
+                 say: Callable[[str], None] = lambda line: None, waits: ArmWaits = DEFAULT_WAITS,
+                 worker: str = "", gpu: str = "") -> None:
         self.specs = specs
         self.say = say  # a line to the terminal now (the arms' builds, once both said hello)
         self.threshold = threshold
         self.fail_on = fail_on
         self.waits = waits  # how long an arm is waited for (--attn-ab-arm-timeout)
+        self.worker, self.gpu = worker, gpu  # a pytest-xdist worker's id and the GPU it is pinned to
         self.results: list[AbResult] = []
         self.worker_lines: list[str] = []  # a controller's: the arm lines its workers saw
         self._arms: tuple[list[ArmProcess], list[ArmProcess]] | None = None
@@ -112,7 +117,8 @@ class AbRun:
             self._say_builds()
         record_a, record_b = (Record.from_json(r) for r in run.records)
         record_b = dataclasses.replace(record_b, device=_pinned(record_b.device, session.device))
-        return record_b, result_of(label, case, run, record_a, record_b, self.threshold)
+        result = result_of(label, case, run, record_a, record_b, self.threshold)
+        return record_b, dataclasses.replace(result, worker=self.worker, gpu=self.gpu, arm_gpus=self._arm_gpus())
 
     def check(self, session: AttnSession, case: AttnCase, label: str) -> None:
         """``--benchmark-disable``: both arms set the case up and check it; nothing is timed."""
@@ -131,6 +137,10 @@ class AbRun:
             if arm.holds:
                 with contextlib.suppress(ArmError):
                     arm.ask(Release(), self.waits.floor_s)
+
+    def _arm_gpus(self) -> dict[str, str]:
+        """The GPU each replica's process runs on: its UUID, else the CUDA_VISIBLE_DEVICES it saw."""
+        return {arm.label: arm.about.uuid or arm.about.visible or "" for arm in self._all() if arm.about is not None}
 
     def _say_builds(self) -> None:
         """Once both arms said hello: what they load against each other, before the run goes on (a warning
@@ -171,6 +181,8 @@ class AbRun:
                     + ", ".join(f"{k} {v}" for k, v in about.versions.items())
                     + (f"; SM clock: {about.clock}" if about.clock else "") if about else "")
             out.append(f"{label}: {spec.text}: {spec.describe()}{seen}")
+        if self.worker:  # the controller gathers every worker's line
+            out.append(f"{self.worker}: its arms' processes on {self.gpu or 'no GPU'}")
         return out + self._builds()
 
     def close(self) -> None:
@@ -234,8 +246,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if clash:
         raise pytest.UsageError(f"--attn-ab compares two arms measured now; it does not go with {', '.join(clash)}")
     _check_arms(config, specs)
+    worker = str(getattr(config, "workerinput", {}).get("workerid", ""))
+    pinned = config.stash.get(PINNED, None)
     config.stash[AB_RUN] = AbRun(specs, attn.options.ab_threshold, attn.gate.fail_on,
-                                 terminal_say(config, "pytest-attn A/B"), ArmWaits(attn.options.ab_arm_timeout_s))
+                                 terminal_say(config, "pytest-attn A/B"), ArmWaits(attn.options.ab_arm_timeout_s),
+                                 worker, pinned[1] if pinned else "")
 
 
 def _check_arms(config: pytest.Config, specs: tuple[ArmSpec, ArmSpec]) -> None:

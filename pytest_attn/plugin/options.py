@@ -287,10 +287,10 @@ def _add_gate_options(g: Any) -> None:
     _add(g, "--attn-report", None, type=Path, metavar="DIR",
          help="write summary.md, results.csv and plots (TFLOP/s vs length, roofline) into DIR")
     _add(g, "--attn-ab", None, type=ab_arms, metavar="ARM_A,ARM_B",
-         help="paired A/B: measure every case in two worker processes taking turns on this GPU, block by block,"
-              " and judge B against A (no stored baseline). An arm: same (this environment), a folder (put"
-              " first on PYTHONPATH: a checkout or a pip --target prefix) or a python executable (a"
-              " virtualenv's); +slowdown=PCT or +backend=NAME modify it. E.g. /tmp/main-site,. or"
+         help="paired A/B: measure every case in two worker processes taking turns on this GPU (with -n N: on each"
+              " worker's own), block by block, and judge B against A (no stored baseline). An arm: same (this"
+              " environment), a folder (put first on PYTHONPATH: a checkout or a pip --target prefix) or a python"
+              " executable (a virtualenv's); +slowdown=PCT or +backend=NAME modify it. E.g. /tmp/main-site,. or"
               " same,same+slowdown=2%%")
     _add(g, "--attn-ab-threshold", AB_THRESHOLD, type=ab_threshold, metavar="PCT",
          help="with --attn-ab: a change must exceed this (and the pairs' noise) to be SLOWER/FASTER"

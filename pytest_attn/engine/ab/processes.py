@@ -175,6 +175,10 @@ class ArmProcess:
             return (f"runs the pytest-attn in {about.pytest_attn or '?'}, which speaks A/B protocol {about.protocol}"
                     f" where this one speaks {PROTOCOL}: install the same pytest-attn in both arms' environments, or"
                     " leave it out of the arm's")
+        if about.visible is not None and about.visible != self._visible:
+            return (f"was started with CUDA_VISIBLE_DEVICES={self._visible} but sees {about.visible}: an arm"
+                    " measures on its controller's GPU only (does the arm's environment set CUDA_VISIBLE_DEVICES, in"
+                    " a sitecustomize or its activation?)")
         return ""
 
     def ask(self, request: Asking[A], within_s: float | None = None) -> A:
