@@ -134,7 +134,8 @@ class Arm:
         return HelloAnswer(PROTOCOL, clock, sys.executable, os.path.dirname(pytest_attn.__file__),
                            {k: version for k, (version, _) in found.items()},
                            {k: place for k, (_, place) in found.items()},
-                           self.device.describe(), self.device.uuid, os.getpid())
+                           self.device.describe(), self.device.uuid, os.getpid(),
+                           os.environ.get("CUDA_VISIBLE_DEVICES"))
 
     def prepare(self, request: Prepare) -> PrepareAnswer:
         assert self.registry is not None and self.device is not None, "hello first"

@@ -204,6 +204,9 @@ class AbResult:
     places: int = 1  # each replica's set-ups: more than one where the verdict was undecided (engine.pairing)
     replace_s: float = 0.0  # setting the case up at new places, within elapsed_s
     no_room: str = ""  # why a replica could not set it up at a new place (engine.ab.pairing.PairRun.no_room)
+    worker: str = ""  # the pytest-xdist worker that measured it ("" in a run of one process)
+    gpu: str = ""  # the GPU that worker was pinned to (its UUID)
+    arm_gpus: dict[str, str] = dataclasses.field(default_factory=dict)  # each replica's GPU, as its process saw it
 
     @property
     def replica_changes(self) -> dict[int, float]:
