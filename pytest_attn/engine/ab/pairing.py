@@ -30,8 +30,9 @@ each round, until the noise cap (and at least as long again as it took to be und
 places that happened to agree would decide a case judged at every round (tests/test_ab.py; measured:
 docs/gpu-validation.md#the-paired-ab).
 
-Arms are anything with ``ask(request, within_s) -> answer`` (:class:`~pytest_attn.engine.ab.processes.ArmProcess`, which kills
-an arm past ``within_s``: :mod:`.waits`; tests use fakes on a fake clock).
+Arms are anything with ``ask(request, within_s) -> answer``
+(:class:`~pytest_attn.engine.ab.processes.ArmProcess`, which kills an arm past ``within_s``:
+:mod:`~pytest_attn.engine.ab.waits`; tests use fakes on a fake clock).
 """
 
 from __future__ import annotations
