@@ -22,6 +22,7 @@ class ReferenceBackend:
     needs_cuda = False
     has_backward = True
     default_enabled = False
+    distribution: str | None = None  # PyTorch's own
     empty_rows = "zero"
 
     def available(self) -> str | None:

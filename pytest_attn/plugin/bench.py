@@ -377,9 +377,11 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
             machine_info["attn_device"] = devices[0].as_machine_info()
             machine_info["attn_devices"] = [d.as_machine_info() for d in devices]
             if devices[0].is_cuda:
-                machine_info["attn_fingerprint"] = fingerprint_of(devices[0], session.clock_lock).as_dict()
+                machine_info["attn_fingerprint"] = fingerprint_of(devices[0], session.clock_lock,
+                                                                  libraries=session.libraries).as_dict()
         return
     machine_info["attn_device"] = session.device.as_machine_info()
     machine_info["attn_cpu_threads"] = config.stash.get(CPU_THREADS, "torch's default")
     if session.device.is_cuda:
-        machine_info["attn_fingerprint"] = fingerprint_of(session.device, session.clock_lock).as_dict()
+        machine_info["attn_fingerprint"] = fingerprint_of(session.device, session.clock_lock,
+                                                          libraries=session.libraries).as_dict()

@@ -178,7 +178,7 @@ def gate_session(session: pytest.Session) -> None:
     if options.baseline == "off" and not saving and options.report is None:
         return
     lines = config.stash[GATE_LINES]
-    groups = by_device(attn.results.records, config.stash.get(CPU_THREADS, None))
+    groups = by_device(attn.results.records, config.stash.get(CPU_THREADS, None), attn.libraries)
     statuses = []
     for fp, records in groups.values():
         if len(groups) > 1:

@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 from ..core.converters import option_value
 from ..core.files import InputError, read_json, write_atomic
-from .baseline import add_runs, baseline_path, check_run, load_baseline
+from .baseline import add_runs, baseline_path, check_run, load_baseline, stored_fingerprint
 from .decision import by_device, gate
 from .merge import MergeError, merge_runs, shard_problems
 from .reports import write_reports
@@ -142,7 +142,8 @@ def merge(args: argparse.Namespace, out: list[str]) -> int:
         out.append(f"wrote {args.json}")
     status = OK
     thresholds = Thresholds.build(args.threshold, args.threshold_for)
-    for fp, mine in by_device(found).values():
+    measured = stored_fingerprint(merged)  # the libraries the shards measured (not this process's)
+    for fp, mine in by_device(found, libraries=measured.libraries if measured else None).values():
         named = args.baseline not in ("auto", "off")
         path = Path(args.baseline) if named else baseline_path(args.baselines_dir, fp.key)
         base: dict[str, Any]

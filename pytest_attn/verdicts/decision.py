@@ -6,7 +6,7 @@ explain them, and whether the run passes. Pure.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,12 +37,13 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
 
 
-def by_device(records: Sequence[Record], cpu_threads: str | None = None) -> dict[str, tuple[Fingerprint, list[Record]]]:
+def by_device(records: Sequence[Record], cpu_threads: str | None = None, libraries: Mapping[str, str] | None = None
+              ) -> dict[str, tuple[Fingerprint, list[Record]]]:
     """Records per device model (a baseline is per model: several GPUs of one model share it), each
-    model with the fingerprint of its first record's device."""
+    model with the fingerprint of its first record's device (and ``libraries``, the run's versions of them)."""
     out: dict[str, tuple[Fingerprint, list[Record]]] = {}
     for r in records:
-        fp = fingerprint_of(r.device, r.clocks.lock, cpu_threads)
+        fp = fingerprint_of(r.device, r.clocks.lock, cpu_threads, libraries)
         out.setdefault(fp.key, (fp, []))[1].append(r)
     return out
 

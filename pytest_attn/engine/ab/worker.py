@@ -71,7 +71,8 @@ EVENTS_FROM_S = math.inf
 #: A graph-timed arm rotates at least this many input sets, so its calls sit at several places in memory: one
 #: placement per arm made an A/A SLOWER (docs/gpu-validation.md#the-paired-ab).
 MIN_INPUT_SETS = 4
-LIBRARIES = ("torch", "flash_attn", "flash_attn_4", "flashinfer_python", "triton")
+#: Listed by every arm beside the distributions its back ends measure (``Registry.distributions()``).
+LIBRARIES = ("torch", "triton")
 #: After a case this large the arm collects its garbage, so the other arm's process can have the memory.
 COLLECT_ABOVE_BYTES = 256 * 2**20
 #: A second replica's warm-up: its arm's first replica settled the case already (compiled kernels are on disk),
@@ -93,12 +94,14 @@ def settings_from_json(data: dict[str, Any]) -> RunSettings:
     return RunSettings(warmup=WarmupRule(**data.get("warmup", {})), **fields)
 
 
-def libraries() -> dict[str, tuple[str, str]]:
-    """Each known library this environment has: its version and the folder its install was found in (as
-    ``import`` finds it: the first on ``sys.path``), so two arms that load one build can be told apart
-    from two that load two builds of one version."""
+def libraries(registry: Registry | None = None) -> dict[str, tuple[str, str]]:
+    """Each library under test this environment has -- torch, triton and the distribution of each back end of
+    ``registry`` (by default the built-in ones and the entry points') -- with its version and the folder its
+    install was found in (as ``import`` finds it: the first on ``sys.path``), so two arms that load one build
+    can be told apart from two that load two builds of one version."""
     found = {}
-    for name in LIBRARIES:
+    distributions = (registry if registry is not None else assemble_registry()).distributions()
+    for name in dict.fromkeys([*LIBRARIES, *distributions]):
         try:
             dist = importlib.metadata.distribution(name)
         except importlib.metadata.PackageNotFoundError:
@@ -130,7 +133,7 @@ class Arm:
                                             events_from_s=EVENTS_FROM_S, min_input_sets=MIN_INPUT_SETS)
         self.device, self.nvml = self._probe()
         self.clock, clock = self._open_clock(self.device.sm_count or 0) if self.device.is_cuda else (None, "no GPU")
-        found = libraries()
+        found = libraries(registry)
         return HelloAnswer(PROTOCOL, clock, sys.executable, os.path.dirname(pytest_attn.__file__),
                            {k: version for k, (version, _) in found.items()},
                            {k: place for k, (_, place) in found.items()},
