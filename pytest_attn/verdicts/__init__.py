@@ -8,7 +8,8 @@ measured on and whether two may be compared; :mod:`.baseline` stores and checks 
 :mod:`.fleet` the spread between GPUs of the model read from a baseline's repeats, and
 :mod:`.decision` a run's, per device model; :mod:`.reports` and :mod:`.plots` write Markdown, CSV and figures;
 :mod:`.merge` joins the JSON of shards run apart, and :mod:`.cli` is the ``pytest-attn merge`` command over
-them. A new verdict or report goes here; it reads records and writes text.
+them (and ``pytest-attn recover``, a dead run's journal as a run). A new verdict or report goes here; it reads
+records and writes text.
 
 Modules: :mod:`.runs`, :mod:`.peers`, :mod:`.table`, :mod:`.layout` (text that fits a terminal),
 :mod:`.fingerprint`, :mod:`.baseline`, :mod:`.fleet`, :mod:`.rule`, :mod:`.decision`, :mod:`.reports` (the gate's, over

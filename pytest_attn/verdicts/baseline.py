@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +179,9 @@ def save_baseline(path: Path, run: dict[str, Any], fingerprint: Fingerprint, *, 
     path.parent.mkdir(parents=True, exist_ok=True)
     from filelock import FileLock, Timeout  # here: 5 ms to import, in every pytest session otherwise
 
+    if Path(f"{path}.lock").is_symlink():  # filelock opens it with O_TRUNC: through a link, it would empty the target
+        raise BaselineError(f"{path}.lock is a symbolic link (to {os.readlink(f'{path}.lock')}); pytest-attn does not"
+                            " write through a link it did not make. Remove it and rerun; nothing saved")
     lock = FileLock(f"{path}.lock", timeout=LOCK_TIMEOUT_S)
     try:
         with lock:

@@ -37,9 +37,14 @@ def counts(comparisons: Sequence[Comparison]) -> str:
     return verdict_counts((c.verdict for c in comparisons), "nothing to compare")
 
 
-def headline(comparisons: Sequence[Comparison], fail_on: Sequence[str] = DEFAULT_FAIL_ON) -> str:
+def headline(comparisons: Sequence[Comparison], fail_on: Sequence[str] = DEFAULT_FAIL_ON,
+             partial: str | None = None) -> str:
     """The gate's outcome in a few words: a regression, another failing verdict, or none -- and never "no
-    regression" where a case could not be compared."""
+    regression" where a case could not be compared, nor for a run cut short (``partial``: how, in the words of
+    :func:`~.runs.partial_headline`, which then leads the headline)."""
+    if partial:
+        said = headline(comparisons, fail_on)
+        return partial if said.startswith("no regression") else f"{partial}; {said}"
     failing = [c for c in comparisons if c.verdict in fail_on]
     if any(c.verdict == "SLOWER" for c in failing):
         return "regression"
@@ -96,9 +101,9 @@ def explain(c: Comparison, gpu: bool = True) -> str:
 
 
 def markdown(comparisons: Sequence[Comparison], baseline: str, notes: Sequence[str] = (),
-             fail_on: Sequence[str] = DEFAULT_FAIL_ON) -> str:
+             fail_on: Sequence[str] = DEFAULT_FAIL_ON, partial: str | None = None) -> str:
     out = io.StringIO()
-    out.write(f"### pytest-attn: {headline(comparisons, fail_on)} ({counts(comparisons)})\n\n")
+    out.write(f"### pytest-attn: {headline(comparisons, fail_on, partial)} ({counts(comparisons)})\n\n")
     out.write(f"Baseline: `{baseline}`\n\n")
     out.write(markdown_table(HEADER, ((_row(c), c.verdict in fail_on) for c in comparisons),
                              HEADER.index("verdict")))
@@ -166,10 +171,12 @@ def sustained_markdown(records: Sequence[Record]) -> str:
 
 
 def write_reports(folder: Path, comparisons: Sequence[Comparison], baseline: str, records: Sequence[Record],
-                  notes: Sequence[str] = (), fail_on: Sequence[str] = DEFAULT_FAIL_ON) -> list[str]:
-    """Write summary.md, results.csv and the plots of ``records`` into ``folder``; returns a line per
-    file ("wrote PATH") or plot not drawn (why)."""
+                  notes: Sequence[str] = (), fail_on: Sequence[str] = DEFAULT_FAIL_ON,
+                  partial: str | None = None) -> list[str]:
+    """Write summary.md, results.csv and the plots of ``records`` into ``folder`` (each file whole, never through a
+    link planted at its name); returns a line per file ("wrote PATH") or plot not drawn (why). ``partial``: how the
+    run was cut short (:func:`~.runs.partial_headline`), said first in summary.md's headline."""
     loaded = sustained_markdown(records)
-    text = markdown(comparisons, baseline, notes, fail_on) + (f"\n{loaded}" if loaded else "")
+    text = markdown(comparisons, baseline, notes, fail_on, partial) + (f"\n{loaded}" if loaded else "")
     written = write_files(folder, {"summary.md": text, "results.csv": csv_text(comparisons)})
     return written + [w if " skipped" in w else f"wrote {w}" for w in write_plots(folder, records)]

@@ -130,3 +130,24 @@ def partial_note(run: dict[str, Any]) -> str | None:
     selected = mark.get("cases_selected")
     of = f" of {selected}" if selected is not None else ""
     return f"{mark.get('reason', 'stopped early')}, {mark.get('cases_measured', '?')}{of} cases measured"
+
+
+#: How a cut-short run's reason begins, for its headline (what comes before " (" is what happened).
+CUT_SHORT = ("interrupted", "stopped early", "the process died", "cut short")
+
+
+def partial_headline(run: Mapping[str, Any]) -> str | None:
+    """A cut-short run in the words of a headline -- "interrupted after 12 of 40 cases: partial", "the process
+    died after 16 cases: partial", a merge's "40 cases, not the whole run: partial" -- or None for a whole run."""
+    mark = run.get("attn_partial")
+    if not isinstance(mark, dict):
+        return None
+    reason = str(mark.get("reason") or "stopped early")
+    _, _, of_file = reason.partition(": ")  # a merge of one cut-short file: "run.json: interrupted (SIGTERM)"
+    if not reason.startswith(CUT_SHORT) and "; " not in reason and of_file.startswith(CUT_SHORT):
+        reason = of_file
+    selected = mark.get("cases_selected")
+    cases = f"{mark.get('cases_measured', '?')}{f' of {selected}' if selected is not None else ''} cases"
+    if reason.startswith(CUT_SHORT):
+        return f"{reason.split(' (')[0]} after {cases}: partial"
+    return f"{cases}, not the whole run: partial"
