@@ -5,7 +5,7 @@ and the end-of-session summary.
 Hand-over: the per-call times become pytest-benchmark's own rounds through its public API
 (``benchmark.pedantic`` with the ``timer`` option set to :func:`replay_clock`, a clock that advances by
 exactly one measured sample per round), and the result record is written as the benchmark's
-``extra_info`` -- here only (:meth:`AttnSession.add`).
+``extra_info`` -- here only (:meth:`~.results.Results.add`).
 """
 
 from __future__ import annotations
@@ -378,9 +378,11 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
             machine_info["attn_device"] = devices[0].as_machine_info()
             machine_info["attn_devices"] = [d.as_machine_info() for d in devices]
             if devices[0].is_cuda:
-                machine_info["attn_fingerprint"] = fingerprint_of(devices[0], session.clock_lock).as_dict()
+                machine_info["attn_fingerprint"] = fingerprint_of(devices[0], session.clock_lock,
+                                                                  libraries=session.libraries).as_dict()
         return
     machine_info["attn_device"] = session.device.as_machine_info()
     machine_info["attn_cpu_threads"] = config.stash.get(CPU_THREADS, "torch's default")
     if session.device.is_cuda:
-        machine_info["attn_fingerprint"] = fingerprint_of(session.device, session.clock_lock).as_dict()
+        machine_info["attn_fingerprint"] = fingerprint_of(session.device, session.clock_lock,
+                                                          libraries=session.libraries).as_dict()

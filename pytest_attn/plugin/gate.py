@@ -31,13 +31,14 @@ from typing import Any
 
 import pytest
 
+from ..core.files import probe_writable
 from ..core.record import Record, TimerPin
 from ..verdicts.baseline import BaselineError, baseline_path, load_baseline, save_baseline
 from ..verdicts.decision import Outcome, by_device, gate
 from ..verdicts.fingerprint import Fingerprint, fingerprint_of
 from ..verdicts.layout import wrap
 from ..verdicts.reports import markdown, write_reports
-from ..verdicts.runs import benches
+from ..verdicts.runs import benches, partial_headline
 from .benchjson import run_json
 from .gate_inputs import NotMeasured, collected, controller_devices, gates, selection_of, stored_at_start, timing_asked
 from .session import (
@@ -45,8 +46,10 @@ from .session import (
     ATTN_SESSION,
     CPU_THREADS,
     GATE_LINES,
+    PARTIAL,
     STORED_BASELINES,
     AttnSession,
+    GateOptions,
     attn_session,
     case_of_item,
     terminal_width,
@@ -58,10 +61,9 @@ TIMER_PINS = pytest.StashKey[dict[str, TimerPin]]()
 
 
 def _takes_a_file(folder: Path) -> None:
-    """Write and remove a probe file in ``folder``; raises OSError when it cannot."""
-    probe = folder / ".pytest-attn-write-test"
-    probe.write_text("")
-    probe.unlink()
+    """Create and remove a file of a name of its own in ``folder`` (never through a link planted there: see
+    :func:`~pytest_attn.core.files.probe_writable`); raises OSError when it cannot."""
+    probe_writable(folder)
 
 
 def writable_dir(path: Path, flag: str) -> None:
@@ -136,6 +138,9 @@ def pytest_configure(config: pytest.Config) -> None:
         _baselines_dir(gate_options.baselines_dir, gate_options.dir_given, gate_options.save)
     if gate_options.save or gate_options.add:
         writable_dir(gate_options.baselines_dir, "--attn-baselines-dir")
+        if workers_requested(config):  # the controller measures nothing: its workers' GPUs, as NVML names them
+            for key in sorted({fp.key for fp in controller_devices(config)}):
+                device_folder(gate_options, key)
     if gate_options.report is not None:
         writable_dir(gate_options.report, "--attn-report")
     if session.options.trace_dir is not None:
@@ -156,16 +161,45 @@ def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """What the run selected (the gate tells MISSING from UNSELECTED by it); and, where an attention case was
-    collected, the stored baseline of the device read and checked before the first case (:func:`stored_at_start`:
-    the device is probed now, as the first case would)."""
+    """What the run selected (the gate tells MISSING from UNSELECTED by it); and, in one process that collected an
+    attention case, its device probed now (as the first case would), before the first case: the stored baseline
+    of the device read and checked (:func:`.gate_inputs.stored_at_start`), and where the run saves a baseline,
+    the device's own folder under the baselines folder proved writable (not found read-only once every case was
+    measured)."""
     config = session.config
     attn = config.stash.get(ATTN_SESSION, None)
     if attn is None or hasattr(config, "workerinput"):
         return
     collected(config, (item.nodeid for item in session.items))
-    if gates(config, attn) and any(case_of_item(item) is not None for item in session.items):
+    if workers_requested(config) or config.option.collectonly or attn.options.compile_only or \
+            not any(case_of_item(item) is not None for item in session.items):
+        return
+    if gates(config, attn):
         stored_at_start(config, [fingerprint_of(attn.device, attn.clock_lock, config.stash.get(CPU_THREADS, None))])
+    if attn.gate.save or attn.gate.add:
+        device_folder(attn.gate, fingerprint_of(attn.device).key)
+
+
+def device_folder(options: GateOptions, key: str) -> None:
+    """``baselines/<key>/`` and its baseline as the end of the run will write them, or a UsageError now: the
+    nearest folder that exists takes a file, a baseline there is not read-only, and one to add to exists."""
+    flag = "--attn-add-to-baseline" if options.add else "--attn-save-baseline"
+    path = baseline_path(options.baselines_dir, key)
+    existing = next((p for p in (path.parent, *path.parent.parents) if p.exists()), Path("."))
+    if not existing.is_dir():
+        raise pytest.UsageError(f"{flag}: {existing} is a file, so the baseline {path} cannot be saved; remove it or"
+                                " give --attn-baselines-dir another folder")
+    try:
+        _takes_a_file(existing)
+    except OSError as exc:
+        raise pytest.UsageError(f"{flag}: cannot write in {existing} ({exc.strerror or exc}), where this device's"
+                                f" baseline {path} goes; give --attn-baselines-dir a folder you can write to") from None
+    if path.exists() and not os.access(path, os.W_OK):
+        raise pytest.UsageError(f"{flag}: the baseline {path} is read-only; make it writable (chmod u+w {path}) or"
+                                " give --attn-baselines-dir another folder")
+    if options.add and not path.is_file():
+        raise pytest.UsageError(f"{flag}: no baseline at {path} to add a repeat to; record one first with"
+                                " --attn-save-baseline")
 
 
 def _baselines_dir(folder: Path, given: bool, save: bool) -> None:
@@ -221,7 +255,10 @@ def gate_session(session: pytest.Session) -> None:
     if options.baseline == "off" and not saving and options.report is None:
         return
     lines = config.stash[GATE_LINES]
-    groups = by_device(attn.results.records, config.stash.get(CPU_THREADS, None))
+    partial = cut_short(config)
+    if partial:  # the headline of a run cut short says so, and never "no regression"
+        lines.append(f"{partial}: the verdicts below are of the cases measured before the cut")
+    groups = by_device(attn.results.records, config.stash.get(CPU_THREADS, None), attn.libraries)
     statuses = []
     for fp, records in groups.values():
         if len(groups) > 1:
@@ -298,12 +335,17 @@ def _save(session: pytest.Session, attn: AttnSession, fp: Fingerprint, records: 
     flag = "--attn-add-to-baseline" if attn.gate.add else "--attn-save-baseline"
     if session.exitstatus == pytest.ExitCode.INTERRUPTED:
         return [f"{flag}: nothing saved: the run was interrupted ({len(records)} cases measured)"]
+    path = baseline_path(attn.gate.baselines_dir, fp.key)
     try:
-        return [save_baseline(baseline_path(attn.gate.baselines_dir, fp.key), run_json(records, session.config), fp,
-                              force=attn.gate.force, add=attn.gate.add)]
+        return [save_baseline(path, run_json(records, session.config), fp, force=attn.gate.force, add=attn.gate.add)]
     except BaselineError as exc:
         session.exitstatus = pytest.ExitCode.USAGE_ERROR
         return [f"error: {flag}: {exc}"]
+    except OSError as exc:  # its folder or lock file cannot be made (a read-only mount): said, and the run saves on
+        session.exitstatus = pytest.ExitCode.USAGE_ERROR
+        return [f"error: {flag}: nothing saved: cannot write {exc.filename or path.parent} ({exc.strerror or exc});"
+                " the baseline there is as it was, and the run's own JSON is saved as asked. Give"
+                " --attn-baselines-dir a folder you can write to and rerun"]
 
 
 def _reports(attn: AttnSession, records: list[Record], outcome: Outcome, name: str, lines: list[str]) -> bool:
@@ -311,18 +353,24 @@ def _reports(attn: AttnSession, records: list[Record], outcome: Outcome, name: s
     be written (each file is whole or absent: see :mod:`pytest_attn.core.files`)."""
     if not outcome.comparisons and outcome.status == "error":
         return True
-    fail_on = attn.gate.fail_on
+    fail_on, partial = attn.gate.fail_on, cut_short(attn.config)
     try:
         if attn.gate.report is not None:
             for written in write_reports(attn.gate.report, outcome.comparisons, name, records, outcome.notes,
-                                         fail_on):
+                                         fail_on, partial):
                 lines.append(f"  {written}")
-        append_job_summary(markdown(outcome.comparisons, name, outcome.notes, fail_on))
+        append_job_summary(markdown(outcome.comparisons, name, outcome.notes, fail_on, partial))
     except OSError as exc:
         lines.append(f"error: writing the report failed: {exc.strerror or exc} ({exc.filename or 'a report file'});"
                      " the verdicts above stand. Free space there (or give --attn-report another folder) and rerun")
         return False
     return True
+
+
+def cut_short(config: pytest.Config) -> str | None:
+    """How this run was cut short, in a headline's words ("interrupted after 12 of 40 cases: partial"), or None."""
+    mark = config.stash.get(PARTIAL, None)
+    return partial_headline({"attn_partial": mark}) if mark is not None else None
 
 
 def append_job_summary(markdown_text: str) -> None:

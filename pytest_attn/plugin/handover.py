@@ -61,8 +61,9 @@ class Collector:
                 attn.results.skipped(value)
             elif key == AB_RESULT and report.when == "call":
                 self.config.stash.setdefault(AB_HANDED, []).append(AbResult.from_json(json.loads(value)))
-            elif key == AB_ARMS and report.when == "call" and AB_WORKER_LINES not in self.config.stash:
-                self.config.stash[AB_WORKER_LINES] = json.loads(value)
+            elif key == AB_ARMS and report.when == "call":  # every worker's (the same arms, on its own GPU)
+                held = self.config.stash.setdefault(AB_WORKER_LINES, [])
+                held.extend(line for line in json.loads(value) if line not in held)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -25,6 +25,7 @@ from ..core.catalog import PROFILES, Variant
 from ..core.converters import option_value
 from ..core.percent import parse_percent
 from ..engine.ab.spec import ArmSpec, parse_ab
+from ..engine.ab.waits import FLOOR_S
 from ..engine.clocks import LockRequest, parse_lock
 from ..engine.threads import usable_cpus
 from ..engine.timers import TIMER_KINDS
@@ -274,9 +275,7 @@ def _add_gate_options(g: Any) -> None:
     _add(g, "--attn-threshold-for", [], type=threshold_for, action="append",
          metavar="KIND:NAME=PCT", help="per back end or group: backend:flex=10%% or group:NAME=3%% (repeatable)")
     _add(g, "--attn-fail-on", DEFAULT_FAIL_ON, type=fail_on, metavar="LIST",
-         help="verdicts that fail the run (default slower,timer,missing): slower, timer (timed unlike its baseline),"
-              " missing (a baseline case this run selected and did not measure), ambiguous, clock, faster,"
-              " unselected (a baseline case this run did not select); e.g. slower,timer,missing,ambiguous")
+         help="verdicts that fail the run: slower,timer,missing (default), ambiguous, clock, faster, unselected")
     _add(g, "--attn-save-baseline", False, action="store_true",
          help="store this run as the baseline for this device (baselines/<device-key>/baseline.json; on a CPU,"
               " cpu-<model>)")
@@ -288,14 +287,18 @@ def _add_gate_options(g: Any) -> None:
     _add(g, "--attn-report", None, type=Path, metavar="DIR",
          help="write summary.md, results.csv and plots (TFLOP/s vs length, roofline) into DIR")
     _add(g, "--attn-ab", None, type=ab_arms, metavar="ARM_A,ARM_B",
-         help="paired A/B: measure every case in two worker processes taking turns on this GPU, block by block,"
-              " and judge B against A (no stored baseline). An arm: same (this environment), a folder (put"
-              " first on PYTHONPATH: a checkout or a pip --target prefix) or a python executable (a"
-              " virtualenv's); +slowdown=PCT or +backend=NAME modify it. E.g. /tmp/main-site,. or"
+         help="paired A/B: measure every case in two worker processes taking turns on this GPU (with -n N: on each"
+              " worker's own), block by block, and judge B against A (no stored baseline). An arm: same (this"
+              " environment), a folder (put first on PYTHONPATH: a checkout or a pip --target prefix) or a python"
+              " executable (a virtualenv's); +slowdown=PCT or +backend=NAME modify it. E.g. /tmp/main-site,. or"
               " same,same+slowdown=2%%")
     _add(g, "--attn-ab-threshold", AB_THRESHOLD, type=ab_threshold, metavar="PCT",
          help="with --attn-ab: a change must exceed this (and the pairs' noise) to be SLOWER/FASTER"
               " (default 2%%)")
+    _add(g, "--attn-ab-arm-timeout", FLOOR_S, type=positive_float("--attn-ab-arm-timeout"), metavar="SECONDS",
+         help="with --attn-ab: the least time an arm is waited for (a block: 10x what it should take; starting an"
+              " arm, or a case's first set-up in it: 6x this, at least 300); past it the arm is killed, the case"
+              " fails naming it, and a new process replaces it (default 300; docs/ab.md)")
 
 
 def misspelled(args: Sequence[str], known: Callable[[Sequence[str]], list[str]]) -> str | None:
@@ -359,6 +362,7 @@ class AttnOptions:
     shard: tuple[int, int] | None = None
     ab: tuple[ArmSpec, ArmSpec] | None = None
     ab_threshold: float = AB_THRESHOLD
+    ab_arm_timeout_s: float = FLOOR_S
     fuzz: bool = False
     fuzz_examples: int | None = None
     fuzz_head_dims: tuple[int, ...] | None = None
@@ -375,9 +379,8 @@ class AttnOptions:
             speedup_vs=get("attn_speedup_vs"), hbm=get("attn_hbm"), inject_slowdown=get("attn_inject_slowdown"),
             compile_only=get("attn_compile_only"), sustained_s=get("attn_sustained"),
             lock_clocks=get("attn_lock_clocks"), shard=get("attn_shard"), ab=get("attn_ab"),
-            ab_threshold=get("attn_ab_threshold"), fuzz=get("attn_fuzz"), fuzz_examples=get("attn_fuzz_examples"),
-            fuzz_head_dims=get("attn_fuzz_head_dims"),
-        )
+            ab_threshold=get("attn_ab_threshold"), ab_arm_timeout_s=get("attn_ab_arm_timeout"), fuzz=get("attn_fuzz"),
+            fuzz_examples=get("attn_fuzz_examples"), fuzz_head_dims=get("attn_fuzz_head_dims"))
 
     def resolve_backends(self, known: list[str], defaults: list[str]) -> tuple[str, ...]:
         """Expand 'default'/'all' and check every name; ValueError lists the valid names."""

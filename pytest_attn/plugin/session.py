@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..backends import QUIET_WARNINGS, assemble_registry
+from ..backends import QUIET_WARNINGS, assemble_registry, installed_versions
 from ..backends.base import Registry, RegistryError
 from ..core.case import AttnCase
 from ..core.catalog import SMOKE_LEAVES_OUT, profile_variants
@@ -98,6 +98,11 @@ class AttnSession:
             raise pytest.UsageError(f"registering back ends: {exc}") from None
         slowdown = self.options.inject_slowdown
         return registry.wrapped(lambda b: SlowedBackend(b, slowdown)) if slowdown else registry
+
+    @cached_property
+    def libraries(self) -> dict[str, str]:
+        """The installed version of each distribution the registered back ends measure: the fingerprint's."""
+        return installed_versions(self.registry.distributions())
 
     @cached_property
     def backends(self) -> tuple[str, ...]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,8 @@ from ..core.files import InputError, read_json, write_atomic
 from ..core.record import SCHEMA, VERSION, Record, TimerPin, is_record
 from ..core.stats import OUTLIER_FACTOR, median, times_off
 from .fingerprint import Fingerprint, differences
+from .fleet import center
+from .runs import partial_note, repeat_gpus
 from .stored_numbers import legacy_numbers, record_numbers
 
 FILE_NAME = "baseline.json"
@@ -188,6 +191,9 @@ def save_baseline(path: Path, run: dict[str, Any], fingerprint: Fingerprint, *, 
     path.parent.mkdir(parents=True, exist_ok=True)
     from filelock import FileLock, Timeout  # here: 5 ms to import, in every pytest session otherwise
 
+    if Path(f"{path}.lock").is_symlink():  # filelock opens it with O_TRUNC: through a link, it would empty the target
+        raise BaselineError(f"{path}.lock is a symbolic link (to {os.readlink(f'{path}.lock')}); pytest-attn does not"
+                            " write through a link it did not make. Remove it and rerun; nothing saved")
     lock = FileLock(f"{path}.lock", timeout=LOCK_TIMEOUT_S)
     try:
         with lock:
@@ -240,9 +246,10 @@ def _write(path: Path, data: dict[str, Any]) -> None:
 
 def add_repeat(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any], int, list[str]]:
     """``new`` (a run) added to the stored baseline ``old`` as one more independent repeat: each case in
-    both keeps the median of every repeat (``timing.repeats_s`` of its record) and its SM clock
-    (``clocks.repeats_sm_clock_mhz``, where every repeat recorded one) and is gated on their median;
-    cases only in ``old`` stay as they were. A case whose new median is more than
+    both keeps the median of every repeat (``timing.repeats_s`` of its record), the GPU that measured it
+    (``timing.repeats_gpu``: the between-GPU spread is read from them, :mod:`.fleet`) and its SM clock
+    (``clocks.repeats_sm_clock_mhz``, where every repeat recorded one), and is gated on the mean of its GPUs'
+    medians (:func:`.fleet.center`); cases only in ``old`` stay as they were. A case whose new median is more than
     :data:`~pytest_attn.core.stats.OUTLIER_FACTOR` times off its stored repeats' median is not added to:
     it stays as stored, and is named in the third item returned (with both medians). Returns the merged
     run, how many cases gained a repeat, and those refused."""
@@ -256,7 +263,7 @@ def add_repeat(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any]
             merged.append(bench)
             continue
         record = Record.from_json(info)
-        stored_repeats, stored_clocks = _stored_repeats(before)
+        stored_repeats, stored_clocks, stored_gpus = _stored_repeats(before)
         reference = median(stored_repeats)
         pin = _stored_pin(before)
         if pin is not None and (pin.timer, pin.calls_per_sample) != (record.timing.timer,
@@ -271,13 +278,38 @@ def add_repeat(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any]
             merged.append(before)
             continue
         repeats = (*stored_repeats, record.median_s)
+        gpus = (*stored_gpus, record.device.uuid or "")
         clocks = _all_known((*stored_clocks, record.clocks.sm_clock_mhz), len(repeats))
-        record = dataclasses.replace(record, timing=dataclasses.replace(record.timing, repeats_s=repeats),
+        record = dataclasses.replace(record, timing=dataclasses.replace(record.timing, repeats_s=repeats,
+                                                                        repeats_gpu=gpus),
                                      clocks=dataclasses.replace(record.clocks, repeats_sm_clock_mhz=clocks))
-        merged.append({**bench, "extra_info": record.to_json(), "stats": {**bench["stats"], "median": median(repeats)}})
+        merged.append({**bench, "extra_info": record.to_json(),
+                       "stats": {**bench["stats"], "median": center(repeats, gpus)}})
         added += 1
     merged.extend(stored.values())
     return {**new, "benchmarks": merged}, added, refused
+
+
+def add_runs(path: Path, runs: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """Saved runs (``--benchmark-json`` files of the baseline's selection, from other GPUs or hosts of its model)
+    added to the baseline at ``path`` as repeats, each tagged with the GPU that measured it; the first run
+    records the baseline where there is none. A run without a fingerprint, or of another device, is refused
+    before anything is written. Returns what was done, a line per run."""
+    checked = []
+    for where, run in runs:
+        check_run(run, where)
+        fingerprint = stored_fingerprint(run)
+        if fingerprint is None:
+            raise BaselineError(f"{where} has no fingerprint (machine_info.attn_fingerprint): it cannot be told to be"
+                                " from this baseline's device. Give the JSON a pytest-attn run wrote")
+        if partial_note(run):
+            raise BaselineError(f"{where} is a partial run ({partial_note(run)}): a repeat must be a whole run")
+        checked.append((where, run, fingerprint))
+    lines = []
+    for where, run, fingerprint in checked:
+        add = path.exists()
+        lines.append(f"{where}: {save_baseline(path, run, fingerprint, add=add)}")
+    return lines
 
 
 def _stored_pin(bench: dict[str, Any]) -> TimerPin | None:
@@ -308,14 +340,14 @@ def _all_known(clocks: tuple[float | None, ...], repeats: int) -> tuple[float, .
     return known if len(known) == len(clocks) == repeats else ()
 
 
-def _stored_repeats(bench: dict[str, Any]) -> tuple[tuple[float, ...], tuple[float | None, ...]]:
-    """A stored case's repeats: the median of each run, and each run's SM clock where its record knows
-    them all (else fewer clocks than repeats)."""
+def _stored_repeats(bench: dict[str, Any]) -> tuple[tuple[float, ...], tuple[float | None, ...], tuple[str, ...]]:
+    """A stored case's repeats: the median of each run, each run's SM clock where its record knows them all
+    (else fewer clocks than repeats), and the GPU of each (:func:`.runs.repeat_gpus`)."""
     info = bench.get("extra_info")
     single = (float(bench["stats"]["median"]),)
     if not is_record(info):
-        return single, ()
+        return single, (), ("",)
     record = Record.from_json(info)
     if record.timing.repeats_s:
-        return record.timing.repeats_s, record.clocks.repeats_sm_clock_mhz
-    return single, (record.clocks.sm_clock_mhz,)
+        return record.timing.repeats_s, record.clocks.repeats_sm_clock_mhz, repeat_gpus(record)
+    return single, (record.clocks.sm_clock_mhz,), (record.device.uuid or "",)

@@ -10,7 +10,8 @@ holds a case of the baseline. Then it is NOT GATED, and says so first. Where it 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,13 +22,12 @@ from .layout import printable
 from .reports import counts, terminal_lines
 from .rule import (
     DEFAULT_FAIL_ON,
-    OTHER_GPU_NOISE,
     Comparison,
     Noise,
     Thresholds,
+    Z,
     compare,
     matched,
-    other_gpu,
     regressions,
 )
 from .runs import Bench, benches, by_name, partial_note
@@ -44,12 +44,13 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
 
 
-def by_device(records: Sequence[Record], cpu_threads: str | None = None) -> dict[str, tuple[Fingerprint, list[Record]]]:
+def by_device(records: Sequence[Record], cpu_threads: str | None = None, libraries: Mapping[str, str] | None = None
+              ) -> dict[str, tuple[Fingerprint, list[Record]]]:
     """Records per device model (a baseline is per model: several GPUs of one model share it), each
-    model with the fingerprint of its first record's device."""
+    model with the fingerprint of its first record's device (and ``libraries``, the run's versions of them)."""
     out: dict[str, tuple[Fingerprint, list[Record]]] = {}
     for r in records:
-        fp = fingerprint_of(r.device, r.clocks.lock, cpu_threads)
+        fp = fingerprint_of(r.device, r.clocks.lock, cpu_threads, libraries)
         out.setdefault(fp.key, (fp, []))[1].append(r)
     return out
 
@@ -72,6 +73,30 @@ def refusal(base: dict[str, Any], name: str, fp: Fingerprint) -> tuple[str | Non
     return None, [f"baseline {name} has no fingerprint: it cannot be checked to be from this device"]
 
 
+def gpu_notes(comparisons: Sequence[Comparison], shown: int = 4) -> list[str]:
+    """Which cases the between-GPU noise holds back -- their noise band reaches half the threshold only because
+    of it -- and what would sharpen them: repeats from more GPUs of the model in the baseline."""
+    held = []
+    for c in comparisons:
+        if not c.gpu_noise or c.noise is None or c.threshold is None:
+            continue
+        rest = math.sqrt(max(0.0, c.noise**2 - c.gpu_noise**2))
+        if c.noise >= c.threshold / 2 > rest:
+            held.append(c)
+    if not held:
+        return []
+    sources = {c.gpu_source for c in held}
+    one_gpu = sources == {"allowance"}
+    why = ("their baseline measured each on one GPU, so the allowance for two GPUs stands in" if one_gpu
+           else "their baseline's GPUs disagree on them, or measured them on one GPU")
+    named = ", ".join(f"{c.name} (+-{c.noise:.1%}, {c.gpu_noise / (c.noise or 1):.0%} of it between GPUs)"
+                      for c in sorted(held, key=lambda x: -x.gpu_noise)[:shown])
+    more = f" and {len(held) - shown} more" if len(held) > shown else ""
+    return [f"{len(held)} case(s) would gate more sharply with more GPUs in their baseline ({why}): {named}{more}."
+            f" Add repeats from other GPUs of the model: --attn-add-to-baseline on each, or pytest-attn baseline"
+            f" add BASELINE RUN.json ... (a noise band is {Z:g} x sigma)"]
+
+
 def gate(records: Sequence[Record], base: dict[str, Any], name: str, fp: Fingerprint, thresholds: Thresholds,
          fail_on: Sequence[str] = DEFAULT_FAIL_ON, named: bool = True, width: int | None = None,
          selection: Selection | None = None) -> Outcome:
@@ -91,13 +116,7 @@ def gate(records: Sequence[Record], base: dict[str, Any], name: str, fp: Fingerp
     notes = [*said, *(printable(n) for n in notes)]
     if old:
         notes.append(noise.describe())
-    others = sorted({f"{c.baseline.record.device.uuid} -> {c.current.record.device.uuid}" for c in comparisons
-                     if c.baseline is not None and c.current is not None and other_gpu(c.baseline, c.current)
-                     and c.baseline.record is not None and c.current.record is not None})
-    if others:
-        notes.append(f"the baseline was recorded on another GPU of this model ({printable('; '.join(others))}): each"
-                     f" case's noise includes {OTHER_GPU_NOISE:.1%} for the difference between two GPUs (measured on"
-                     " two H100s); a baseline recorded on this GPU gates more sharply")
+    notes += gpu_notes(comparisons)
     lines = terminal_lines(comparisons, name, notes, width)
     failing = regressions(comparisons, fail_on)
     failed = f"failed: {counts(failing)} (--attn-fail-on={','.join(v.lower() for v in fail_on)})"

@@ -43,9 +43,14 @@ def counts(comparisons: Sequence[Comparison]) -> str:
     return verdict_counts((c.verdict for c in comparisons), "nothing to compare")
 
 
-def headline(comparisons: Sequence[Comparison], fail_on: Sequence[str] = DEFAULT_FAIL_ON) -> str:
+def headline(comparisons: Sequence[Comparison], fail_on: Sequence[str] = DEFAULT_FAIL_ON,
+             partial: str | None = None) -> str:
     """The gate's outcome in a few words: a regression, another failing verdict, or none -- and "no regression"
-    only where cases were compared and none failed (:func:`no_failure`)."""
+    only where cases were compared and none failed (:func:`no_failure`), never for a run cut short (``partial``:
+    how, in the words of :func:`~.runs.partial_headline`, which then leads the headline)."""
+    if partial:
+        said = headline(comparisons, fail_on)
+        return partial if said.startswith("no regression") else f"{partial}; {said}"
     failing = [c for c in comparisons if c.verdict in fail_on]
     if any(c.verdict == "SLOWER" for c in failing):
         return "regression"
@@ -139,12 +144,12 @@ def explain(c: Comparison, gpu: bool = True) -> str:
 
 
 def markdown(comparisons: Sequence[Comparison], baseline: str, notes: Sequence[str] = (),
-             fail_on: Sequence[str] = DEFAULT_FAIL_ON) -> str:
+             fail_on: Sequence[str] = DEFAULT_FAIL_ON, partial: str | None = None) -> str:
     """The report for a pull-request comment or the job summary: the headline (:func:`headline`), a row per case
     (the UNSELECTED ones in one line), the cases explained, the notes. Every name from a file escaped for
     Markdown: a code span it cannot leave, a table cell it cannot split."""
     out = io.StringIO()
-    out.write(f"### pytest-attn: {md_text(headline(comparisons, fail_on))} ({counts(comparisons)})\n\n")
+    out.write(f"### pytest-attn: {md_text(headline(comparisons, fail_on, partial))} ({counts(comparisons)})\n\n")
     out.write(f"Baseline: {md_code(baseline)}\n\n")
     shown = [c for c in comparisons if c.verdict != "UNSELECTED"]
     if shown:
@@ -216,10 +221,12 @@ def sustained_markdown(records: Sequence[Record]) -> str:
 
 
 def write_reports(folder: Path, comparisons: Sequence[Comparison], baseline: str, records: Sequence[Record],
-                  notes: Sequence[str] = (), fail_on: Sequence[str] = DEFAULT_FAIL_ON) -> list[str]:
-    """Write summary.md, results.csv and the plots of ``records`` into ``folder``; returns a line per
-    file ("wrote PATH") or plot not drawn (why)."""
+                  notes: Sequence[str] = (), fail_on: Sequence[str] = DEFAULT_FAIL_ON,
+                  partial: str | None = None) -> list[str]:
+    """Write summary.md, results.csv and the plots of ``records`` into ``folder`` (each file whole, never through a
+    link planted at its name); returns a line per file ("wrote PATH") or plot not drawn (why). ``partial``: how the
+    run was cut short (:func:`~.runs.partial_headline`), said first in summary.md's headline."""
     loaded = sustained_markdown(records)
-    text = markdown(comparisons, baseline, notes, fail_on) + (f"\n{loaded}" if loaded else "")
+    text = markdown(comparisons, baseline, notes, fail_on, partial) + (f"\n{loaded}" if loaded else "")
     written = write_files(folder, {"summary.md": text, "results.csv": csv_text(comparisons)})
     return written + [w if " skipped" in w else f"wrote {w}" for w in write_plots(folder, records)]

@@ -4,7 +4,8 @@ and the notes that say which figures to doubt. Pure."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from ..core.device import DeviceInfo
 from ..core.record import Peers, Record
@@ -12,16 +13,6 @@ from ..core.sustained import ranking_change
 from .layout import fit_table, printable, wrap
 from .peers import peers_of, slow_path_lines
 from .rule import Comparison
-
-COLUMNS = ("backend", "median", "±95%", "sustained", "vs saved", "vs best", "speedup", "TFLOP/s", "MFU", "MFU@clk",
-           "of ceil", "SM MHz", "load MHz", "W", "TFLOP/J", "TB/s", "FLOP/B", "bound", "peak mem", "timer")
-#: A memory-bound problem (decode) reads TB/s against the copy ceiling first.
-MEMORY_COLUMNS = ("backend", "median", "±95%", "sustained", "vs saved", "vs best", "speedup", "TB/s", "of ceil",
-                  "TFLOP/s", "MFU", "MFU@clk", "SM MHz", "load MHz", "W", "TFLOP/J", "FLOP/B", "bound", "peak mem",
-                  "timer")
-#: What goes first where a table is wider than the terminal (every figure stays in the JSON and --attn-report).
-DROP_ORDER = ("FLOP/B", "bound", "SM MHz", "peak mem", "MFU@clk", "speedup", "of ceil", "vs best", "TB/s", "W")
-MEMORY_DROP_ORDER = ("FLOP/B", "bound", "SM MHz", "MFU@clk", "MFU", "TFLOP/s", "peak mem", "speedup", "vs best", "W")
 
 
 def fmt_time(seconds: float) -> str:
@@ -61,32 +52,69 @@ def fmt_change(c: Comparison | None) -> str:
     return f"{c.change * 100:+.1f}%{flag}"
 
 
-def row(result: Record, slowdown: float = 1.0, speedup: float | None = None,
-        compared: Comparison | None = None) -> tuple[str, ...]:
-    f, t = result.figures, result.timing
-    clock = result.clocks.sm_clock_mhz
-    timer = t.timer + (f" x{t.calls_per_sample}" if t.calls_per_sample > 1 else "")
-    loaded, *under_load = _sustained_cells(result)
-    return (
-        result.case.backend,
-        fmt_time(f.median_s),
-        fmt_pct(t.precision) if math.isfinite(t.precision) else "n/a",
-        loaded,
-        fmt_change(compared),
-        f"{slowdown:.2f}x",
-        "n/a" if speedup is None else f"{speedup:.1f}x",
-        fmt_num(f.tflops, 1 if f.tflops >= 1 else 3),
-        fmt_pct(f.mfu_datasheet),
-        fmt_pct(f.mfu_at_clock),
-        fmt_pct(result.ceilings.of_bound(f.bound)),
-        "n/a" if clock is None else f"{clock:.0f}",
-        *under_load,
-        fmt_num(f.tbps, 2 if f.tbps >= 0.01 else 4),
-        fmt_num(f.arithmetic_intensity, 0),
-        f.bound,
-        fmt_bytes(result.peak_memory_bytes),
-        timer,
-    )
+@dataclass(frozen=True)
+class Row:
+    """What one row's cells are read from: the result, and where it stands among its problem's results."""
+
+    result: Record
+    slowdown: float = 1.0  # its median over the fastest of its problem
+    speedup: float | None = None  # the reference back end's median over its own
+    compared: Comparison | None = None  # against a saved run (--benchmark-compare)
+
+
+def _timer(r: Row) -> str:
+    t = r.result.timing
+    return t.timer + (f" x{t.calls_per_sample}" if t.calls_per_sample > 1 else "")
+
+
+def _clock(r: Row) -> str:
+    clock = r.result.clocks.sm_clock_mhz
+    return "n/a" if clock is None else f"{clock:.0f}"
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    cell: Callable[[Row], str]
+
+
+#: Every column, declared once with its cell, in the order of a compute-bound problem's table.
+COLUMNS: tuple[Column, ...] = (
+    Column("backend", lambda r: r.result.case.backend),
+    Column("median", lambda r: fmt_time(r.result.figures.median_s)),
+    Column("±95%", lambda r: fmt_pct(p) if math.isfinite(p := r.result.timing.precision) else "n/a"),
+    Column("sustained", lambda r: _sustained_cells(r.result)[0]),
+    Column("vs saved", lambda r: fmt_change(r.compared)),
+    Column("vs best", lambda r: f"{r.slowdown:.2f}x"),
+    Column("speedup", lambda r: "n/a" if r.speedup is None else f"{r.speedup:.1f}x"),
+    Column("TFLOP/s", lambda r: fmt_num(f := r.result.figures.tflops, 1 if f >= 1 else 3)),
+    Column("MFU", lambda r: fmt_pct(r.result.figures.mfu_datasheet)),
+    Column("MFU@clk", lambda r: fmt_pct(r.result.figures.mfu_at_clock)),
+    Column("of ceil", lambda r: fmt_pct(r.result.ceilings.of_bound(r.result.figures.bound))),
+    Column("SM MHz", _clock),
+    Column("load MHz", lambda r: _sustained_cells(r.result)[1]),
+    Column("W", lambda r: _sustained_cells(r.result)[2]),
+    Column("TFLOP/J", lambda r: _sustained_cells(r.result)[3]),
+    Column("TB/s", lambda r: fmt_num(f := r.result.figures.tbps, 2 if f >= 0.01 else 4)),
+    Column("FLOP/B", lambda r: fmt_num(r.result.figures.arithmetic_intensity, 0)),
+    Column("bound", lambda r: r.result.figures.bound),
+    Column("peak mem", lambda r: fmt_bytes(r.result.peak_memory_bytes)),
+    Column("timer", _timer),
+)
+ORDER = tuple(c.name for c in COLUMNS)
+#: A memory-bound problem (decode) reads TB/s against the copy ceiling first.
+MEMORY_ORDER = ("backend", "median", "±95%", "sustained", "vs saved", "vs best", "speedup", "TB/s", "of ceil",
+                "TFLOP/s", "MFU", "MFU@clk", "SM MHz", "load MHz", "W", "TFLOP/J", "FLOP/B", "bound", "peak mem",
+                "timer")
+#: What goes first where a table is wider than the terminal (every figure stays in the JSON and --attn-report).
+DROP_ORDER = ("FLOP/B", "bound", "SM MHz", "peak mem", "MFU@clk", "speedup", "of ceil", "vs best", "TB/s", "W")
+MEMORY_DROP_ORDER = ("FLOP/B", "bound", "SM MHz", "MFU@clk", "MFU", "TFLOP/s", "peak mem", "speedup", "vs best", "W")
+_BY_NAME = {c.name: c for c in COLUMNS}
+
+
+def cells(row: Row, order: Sequence[str] = ORDER) -> tuple[str, ...]:
+    """The row's cells, in ``order`` (column names)."""
+    return tuple(_BY_NAME[name].cell(row) for name in order)
 
 
 def _sustained_cells(result: Record) -> tuple[str, str, str, str]:
@@ -267,12 +295,11 @@ def _group(group: str, members: list[Record], relative: dict[str, Peers], width:
     first = members[0]
     lines = ["", f"{group}: {first.case.describe()}, {first.work.flops / 1e9:,.3f} GFLOP per call"]
     compared = compared or {}
-    rows = [row(r, relative[r.name].slowdown, relative[r.name].speedup, compared.get(r.name)) for r in members]
     memory = all(r.figures.bound == "memory" for r in members)
-    columns = MEMORY_COLUMNS if memory else COLUMNS
-    order = [COLUMNS.index(c) for c in columns]
-    table, dropped = fit_table([columns, *(tuple(cells[i] for i in order) for cells in rows)], width,
-                               MEMORY_DROP_ORDER if memory else DROP_ORDER)
+    order = MEMORY_ORDER if memory else ORDER
+    rows = [cells(Row(r, relative[r.name].slowdown, relative[r.name].speedup, compared.get(r.name)), order)
+            for r in members]
+    table, dropped = fit_table([order, *rows], width, MEMORY_DROP_ORDER if memory else DROP_ORDER)
     lines += table
     if len({r.expression for r in members if r.expression}) > 1:
         lines.append("  mask as: " + "; ".join(f"{r.case.backend}: {r.expression}" for r in members if r.expression))
