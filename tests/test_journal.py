@@ -126,7 +126,7 @@ def test_recover_writes_the_run_marked_partial_and_removes_the_journal(tmp_path,
     assert cli.main(["merge", str(out), "--report", str(tmp_path / "rep"), "--baseline", "off"]) == cli.OK
     assert "the process died after 2 cases: partial (" in capsys.readouterr().out  # (a merge: of how many unknown)
     head = (tmp_path / "rep" / "summary.md").read_text().splitlines()[0]
-    assert head == "### pytest-attn: the process died after 2 cases: partial (2 NEW)"
+    assert head == "### pytest-attn: the process died after 2 cases: partial; not gated: no baseline (2 NEW)"
 
 
 def test_recover_finds_the_one_orphan_above_the_current_folder(tmp_path, monkeypatch, capsys):

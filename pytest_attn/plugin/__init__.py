@@ -13,7 +13,8 @@ touches no GPU.
 
 Modules: :mod:`.command_line`, :mod:`.options`, :mod:`.session`, :mod:`.results` (what the session measured, skipped
 and has to say), :mod:`.detect` (is this an attention run),
-:mod:`.bench`, :mod:`.benchjson` (records as pytest-benchmark's JSON), :mod:`.figures` (figures that need the
+:mod:`.bench`, :mod:`.benchjson` (records as pytest-benchmark's JSON), :mod:`.gate_inputs` (what the gate needs
+before the first case), :mod:`.figures` (figures that need the
 session), :mod:`.progress`, :mod:`.summary`, :mod:`.fuzz`, :mod:`.gate`, :mod:`.ab` (the paired A/B),
 :mod:`.history`, :mod:`.recovery` (each case kept as it ends; a run that died recovered), :mod:`.signals`,
 :mod:`.workers` (pytest-xdist workers and shards), :mod:`.handover` (both ends of the workers' channel, every key on

@@ -50,6 +50,7 @@ from .session import (
     options_of,
     prepare_attention_run,
     terminal_say,
+    timing_disabled,
 )
 from .signals import guard_signals
 from .summary import nothing_measured
@@ -245,7 +246,7 @@ def attn_bench(request: pytest.FixtureRequest, benchmark: Any, attn_device: Devi
     # under pytest-xdist pytest-benchmark disables itself in the workers: they still measure, and hand the
     # records to the controller; only a --benchmark-disable the user gave means "check, do not time"
     worker = is_worker(config)
-    check_only = config.getoption("benchmark_disable") if worker else benchmark.disabled
+    check_only = timing_disabled(config) if worker else benchmark.disabled
     ab = ab_run(config)
 
     def skip(reason: str) -> NoReturn:

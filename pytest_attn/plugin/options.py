@@ -275,7 +275,7 @@ def _add_gate_options(g: Any) -> None:
     _add(g, "--attn-threshold-for", [], type=threshold_for, action="append",
          metavar="KIND:NAME=PCT", help="per back end or group: backend:flex=10%% or group:NAME=3%% (repeatable)")
     _add(g, "--attn-fail-on", DEFAULT_FAIL_ON, type=fail_on, metavar="LIST",
-         help="verdicts that fail the run: slower (default), ambiguous, clock, faster, missing; e.g. slower,missing")
+         help="verdicts that fail the run: slower,timer,missing (default), ambiguous, clock, faster, unselected")
     _add(g, "--attn-save-baseline", False, action="store_true",
          help="store this run as the baseline for this device (baselines/<device-key>/baseline.json; on a CPU,"
               " cpu-<model>)")

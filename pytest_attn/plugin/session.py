@@ -226,6 +226,18 @@ ATTENTION_WHY = pytest.StashKey[str]()  # why the session is an attention run (p
 PARTIAL = pytest.StashKey[dict[str, Any]]()  # a run cut short: why, cases measured and selected (plugin.history)
 #: --benchmark-compare: (a name for it, the run) of each saved run pytest-benchmark loaded to compare with
 COMPARED = pytest.StashKey[list[tuple[str, dict[str, Any]]]]()
+#: the node ids the run collected (after -k, --attn-shard; on the controller of workers, what they collected)
+SELECTED = pytest.StashKey["set[str]"]()
+#: why a collected test recorded no result (skipped, failed), by node id (plugin.gate)
+NOT_MEASURED = pytest.StashKey["dict[str, str]"]()
+#: the stored baselines this run is gated against (or adds a repeat to), read and checked at start-up, by path
+STORED_BASELINES = pytest.StashKey["dict[Path, dict[str, Any]]"]()
+
+
+def timing_disabled(config: pytest.Config) -> bool:
+    """pytest-benchmark's ``--benchmark-disable`` is in force (given, and not overridden by ``--benchmark-enable``):
+    each case is checked and run once, nothing timed."""
+    return bool(config.getoption("benchmark_disable", False)) and not config.getoption("benchmark_enable", False)
 
 
 def terminal_width(config: pytest.Config) -> int | None:
@@ -332,7 +344,7 @@ TABLE_OPTIONS = ("--benchmark-columns", "--benchmark-group-by", "--benchmark-ver
 def _benchmark_options(config: pytest.Config) -> None:
     """Autosave for ``--benchmark-compare``, and pytest-benchmark's tables quiet unless asked for (set before
     pytest-benchmark reads its options, at the end of configure)."""
-    disabled = config.getoption("benchmark_disable", False)
+    disabled = timing_disabled(config)
     if not disabled and not config.getoption("benchmark_autosave", False) and \
             not config.getoption("benchmark_save", None) and not hasattr(config, "workerinput"):
         from pytest_benchmark.utils import get_tag  # the name --benchmark-autosave itself uses

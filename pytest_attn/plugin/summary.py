@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from ..verdicts.layout import wrap
-from ..verdicts.rule import Comparison, compare
+from ..verdicts.rule import Comparison, Noise, compare
 from ..verdicts.runs import benches, by_name
 from ..verdicts.table import render, time_lines
 from .session import (
@@ -18,9 +18,12 @@ from .session import (
     ATTN_SESSION,
     COMPARED,
     CPU_THREADS,
+    SELECTED,
+    STORED_BASELINES,
     AttnSession,
     case_of_item,
     terminal_width,
+    timing_disabled,
 )
 
 NOTHING_MEASURED = pytest.StashKey[str]()
@@ -32,11 +35,12 @@ def nothing_measured(session: pytest.Session, attn: AttnSession) -> None:
     fails (exit status 4): in CI a green job that measured nothing is a gate switched off."""
     config = session.config
     selected = sum(1 for item in session.items if case_of_item(item) is not None)
-    if attn.results.records or not (attn.active or selected) or session.exitstatus == pytest.ExitCode.INTERRUPTED:
+    stopped = (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.USAGE_ERROR)  # (a usage error stopped it at start-up)
+    if attn.results.records or not (attn.active or selected) or session.exitstatus in stopped:
         return
-    if config.option.collectonly or attn.options.compile_only or config.getoption("benchmark_disable", False):
+    if config.option.collectonly or attn.options.compile_only or timing_disabled(config):
         return
-    asked = _needs_a_measured_case(config, attn)
+    asked = _needs_a_measured_case(config, attn) + _gated_by_stored(config, attn)
     uses = [set(getattr(item, "fixturenames", ())) for item in session.items]
     if not asked and any("attn_fuzzer" in u for u in uses) and not any("attn_bench" in u for u in uses):
         return  # a fuzz run: it checks kernels, it was never to measure one
@@ -59,6 +63,18 @@ def nothing_measured(session: pytest.Session, attn: AttnSession) -> None:
         if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
     config.stash[NOTHING_MEASURED] = line
+
+
+def _gated_by_stored(config: pytest.Config, attn: AttnSession) -> list[str]:
+    """The stored baselines (read at start-up) that hold cases this run selected: a gate that would have
+    compared them -- a run whose every selected case was skipped (a back end whose import broke) must not pass
+    it by measuring nothing."""
+    if attn.gate.add or attn.gate.dir_given:
+        return []  # (asked for by name: see below)
+    selected = config.stash.get(SELECTED, set())
+    return [f"the gate against {path} (it holds {n} of the cases selected)"
+            for path, base in config.stash.get(STORED_BASELINES, {}).items()
+            if (n := len(selected & set(benches(base))))]
 
 
 def _needs_a_measured_case(config: pytest.Config, attn: AttnSession) -> list[str]:
@@ -97,13 +113,16 @@ def run_line(config: pytest.Config, session: AttnSession) -> str:
 
 def _compared(config: pytest.Config, session: AttnSession) -> tuple[str, list[Comparison]] | None:
     """``--benchmark-compare``: each case of this run against the saved run pytest-benchmark compares with (the
-    last it loaded), by the gate's rule -- like with like, both runs' noise -- for the table's "vs saved"."""
+    last it loaded), by the gate's rule -- like with like, both runs' noise, and the noise the gate assumes for
+    this device (on a CPU 5 % a run, not a GPU's 1 %) -- for the table's "vs saved"."""
     loaded = config.stash.get(COMPARED, [])
     if not loaded or not session.results.records:
         return None
     name, run = loaded[-1]
-    mine = by_name(session.results.records)
-    return name, [c for c in compare(benches(run), mine, session.gate.thresholds) if c.name in mine]
+    mine, saved = by_name(session.results.records), benches(run)
+    cpu = not any(r.device.is_cuda for r in session.results.records)  # the noise the gate assumes for this device
+    return name, [c for c in compare(saved, mine, session.gate.thresholds, Noise.of(saved, mine, cpu=cpu))
+                  if c.name in mine]
 
 
 def summary_section(terminalreporter: Any, config: pytest.Config) -> None:

@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from ..core.files import InputError, read_json, write_atomic
-from ..core.record import Record, TimerPin, is_record
+from ..core.record import SCHEMA, VERSION, Record, TimerPin, is_record
 from ..core.stats import OUTLIER_FACTOR, median, times_off
 from .fingerprint import Fingerprint, differences
 from .fleet import center
 from .runs import partial_note, repeat_gpus
+from .stored_numbers import legacy_numbers, record_numbers
 
 FILE_NAME = "baseline.json"
 RERECORD = "re-record it with: pytest suites/ --attn-save-baseline"
@@ -77,13 +78,18 @@ def _check_bench(bench: Any, i: int, where: str) -> str:
     if not isinstance(name, str) or not name:
         raise BaselineError(f"{where}: benchmark #{i} has no name; {RERECORD}")
     stats = bench.get("stats")
-    median = stats.get("median") if isinstance(stats, dict) else None
+    median: Any = stats.get("median") if isinstance(stats, dict) else None
     if not _positive(median):
         raise BaselineError(f"{where}: benchmark {name!r} has stats.median {median!r}, not a finite positive"
                             f" number of seconds; {RERECORD}")
     info = bench.get("extra_info")
     if info is not None and not isinstance(info, dict):
         raise BaselineError(f"{where}: benchmark {name!r} has extra_info {info!r}, not an object; {RERECORD}")
+    if isinstance(info, dict) and "schema" in info and not is_record(info):
+        raise BaselineError(f"{where}: benchmark {name!r} holds a result record of schema {info['schema']!r} (version"
+                            f" {info.get('version')!r}); this pytest-attn reads schema {SCHEMA!r} version {VERSION}:"
+                            " written by another program or version of it, it would be read as plain"
+                            f" pytest-benchmark figures. Use the pytest-attn that wrote it, or {RERECORD}")
     if is_record(info):
         _check_repeats(info, name, where)
         try:
@@ -92,6 +98,12 @@ def _check_bench(bench: Any, i: int, where: str) -> str:
             why = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
             raise BaselineError(f"{where}: benchmark {name!r} has an unreadable result record ({why}); {RERECORD}")\
                 from None
+        problem = record_numbers(info, median)  # (a positive number: checked above)
+    else:
+        problem = legacy_numbers(info or {}, stats)
+    if problem:
+        raise BaselineError(f"{where}: benchmark {name!r} has {problem}: a verdict read from it would be blind or"
+                            f" wrong; {RERECORD}")
     return name
 
 

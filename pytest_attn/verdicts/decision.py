@@ -1,10 +1,15 @@
 """One gate decision, the same for a pytest session and for ``pytest-attn merge``: results of one device
 model against a baseline -- refused if the baseline is another device's, else verdicts, the lines that
 explain them, and whether the run passes. Pure.
+
+A run that compared nothing passes only where it is another suite entirely: none of the test files it selected
+holds a case of the baseline. Then it is NOT GATED, and says so first. Where it selected such a file (another
+``--attn-backends``, ``--attn-dtypes`` or profile), or named the baseline, it fails, naming what differs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -13,6 +18,7 @@ from typing import Any
 from ..core.record import Record
 from .baseline import stored_device, stored_fingerprint
 from .fingerprint import Fingerprint, differences, fingerprint_of
+from .layout import printable
 from .reports import counts, terminal_lines
 from .rule import (
     DEFAULT_FAIL_ON,
@@ -24,7 +30,8 @@ from .rule import (
     matched,
     regressions,
 )
-from .runs import benches, by_name, partial_note
+from .runs import Bench, benches, by_name, partial_note
+from .selection import Selection, counted_files, shared_files, split_missing, what_differs
 
 
 @dataclass
@@ -91,37 +98,67 @@ def gpu_notes(comparisons: Sequence[Comparison], shown: int = 4) -> list[str]:
 
 
 def gate(records: Sequence[Record], base: dict[str, Any], name: str, fp: Fingerprint, thresholds: Thresholds,
-         fail_on: Sequence[str] = DEFAULT_FAIL_ON, named: bool = True, width: int | None = None) -> Outcome:
+         fail_on: Sequence[str] = DEFAULT_FAIL_ON, named: bool = True, width: int | None = None,
+         selection: Selection | None = None) -> Outcome:
     """Verdicts for ``records`` (one device model) against the run ``base``. ``named``: the user named
-    the baseline (a run that matches none of it then fails); else it is the one stored for the device,
-    and a run of another selection (one suite, ``-k serving``) is not gated, with a note saying so."""
+    the baseline (a run that matches none of it then fails); else it is the one stored for the device.
+    ``selection``: what this run selected (None: not known, as in a merge of shards): a baseline case it
+    selected and did not measure is MISSING, one it did not select UNSELECTED (:mod:`.selection`)."""
     refused, notes = refusal(base, name, fp) if base.get("benchmarks") else (None, [])
     if refused:
-        return Outcome("error", [f"error: {refused}"])
+        return Outcome("error", [f"error: {printable(refused)}"])
     partial = partial_note(base)
     if partial:
-        notes.append(f"the baseline is a partial run: {partial}")
+        notes.append(f"the baseline is a partial run: {printable(partial)}")
     old, new = benches(base), by_name(records)
     noise = Noise.of(old, new, cpu=fp.kind != "cuda")
-    comparisons = compare(old, new, thresholds, noise)
+    comparisons, said = split_missing(compare(old, new, thresholds, noise), selection)
+    notes = [*said, *(printable(n) for n in notes)]
     if old:
         notes.append(noise.describe())
     notes += gpu_notes(comparisons)
     lines = terminal_lines(comparisons, name, notes, width)
     failing = regressions(comparisons, fail_on)
+    failed = f"failed: {counts(failing)} (--attn-fail-on={','.join(v.lower() for v in fail_on)})"
     if old and not matched(comparisons):
-        nothing = (f"no case of this run is in the baseline {name} ({len(old)} cases there, {len(new)} here):"
-                   " nothing was compared")
-        if named:
-            lines.append(f"error: {nothing}. Run the baseline's selection, or record a baseline for this one")
-            return Outcome("fail", lines, comparisons, notes)
-        if not failing:  # (with --attn-fail-on=missing, its MISSING cases still fail the run, below)
-            return Outcome("pass", [f"not gated: {nothing} -- this run is another selection than the stored"
-                                    " baseline's. To gate it, record a baseline of its own (--attn-save-baseline"
-                                    " --attn-baselines-dir=DIR) and gate with --attn-baseline=PATH"],
-                           comparisons, notes)
+        return _nothing_compared(old, new, name, fp.key, named, selection, Outcome("pass", lines, comparisons, notes),
+                                 failed if failing else "")
     if failing:
-        lines.append(f"failed: {counts(failing)} (--attn-fail-on={','.join(v.lower() for v in fail_on)})")
-        return Outcome("fail", lines, comparisons, notes)
+        return Outcome("fail", [*lines, failed], comparisons, notes)
     return Outcome("pass", lines, comparisons, notes)
 
+
+def _nothing_compared(old: dict[str, Bench], new: dict[str, Bench], name: str, key: str, named: bool,
+                      selection: Selection | None, outcome: Outcome, failed: str) -> Outcome:
+    """A run that shares no case with its baseline: it fails where the baseline was named, or where it selected
+    a test file the baseline holds cases of (naming what differs, and what to do); else -- another suite
+    entirely -- it is not gated, and says so first."""
+    nothing = (f"no case of this run is in the baseline {name} ({len(old)} cases there, {len(new)} here): nothing"
+               " was compared")
+    files = shared_files(old, new, selection)
+    if named or files:
+        held = counted_files(old)
+        why = [f"this run selected {', '.join(f'{printable(f)} ({held[f]} cases there)' for f in files)}"] if files \
+            else []
+        differs = what_differs(old, new, selection)
+        if differs:
+            why.append(f"the baseline holds {'; '.join(d for d, _ in differs)}, which this run did not select")
+        missing = sum(c.verdict == "MISSING" for c in outcome.comparisons)
+        if missing:
+            why.append(f"the {missing} case(s) of it that this run selected were not measured (MISSING, above)")
+        said = "; ".join(why)
+        flags = " ".join(f for _, f in differs if f)
+        line = (f"error: {nothing}. {said[:1].upper() + said[1:]}{'. ' if said else ''}Run the baseline's"
+                f" selection{f' ({flags})' if flags else ''}; or run without a gate (--attn-baseline=off); or record"
+                " a baseline for this selection (--attn-save-baseline --attn-baselines-dir=DIR, then gate with"
+                f" --attn-baseline=DIR/{key}/baseline.json)")
+        return dataclasses.replace(outcome, status="fail", lines=[*outcome.lines, line, *([failed] if failed else [])])
+    if failed:  # (--attn-fail-on=unselected: the baseline's cases not in this run fail it)
+        return dataclasses.replace(outcome, status="fail", lines=[*outcome.lines, failed])
+    mine = counted_files(selection.names if selection is not None else new)
+    return dataclasses.replace(outcome, lines=[
+        f"NOT GATED: {nothing}. The baseline holds cases of {', '.join(printable(f) for f in counted_files(old))};"
+        f" this run selected none of those test files (it ran {', '.join(printable(f) for f in mine) or 'none'}):"
+        " another suite, which this baseline does not gate, so the exit status is the tests' own. To gate it,"
+        " record a baseline of its own (--attn-save-baseline --attn-baselines-dir=DIR) and gate with"
+        f" --attn-baseline=DIR/{key}/baseline.json"])

@@ -1,8 +1,10 @@
 """The regression gate: the benchmarks of two runs in (:mod:`.runs`), a verdict per benchmark out. Pure.
 
 Verdicts: SLOWER, FASTER, SAME, AMBIGUOUS, CLOCK (slower in time, not in clock cycles), TIMER (the two
-medians were taken by different timers or calls per sample: not compared), NEW (not in the baseline) and
-MISSING (in the baseline, not in this run).
+medians were taken by different timers or calls per sample: not compared), NEW (not in the baseline), MISSING
+(in the baseline and selected by this run, not measured: skipped, failed; fails the run by default) and
+UNSELECTED (in the baseline, not selected by this run: another test file, ``-k``, another back end). This module
+says MISSING for every case only in the baseline; :mod:`.selection` tells the two apart.
 
 **Like with like.** A median is a figure of its timer: one pair of CUDA events around a 200 us cuDNN fwd+bwd
 step reads the host's autograd launches (506 us on an H100), the sum of its kernels reads 199 us. A gated run
@@ -60,11 +62,12 @@ from ..core.stats import OUTLIER_FACTOR, Z95, median, times_off
 from .fleet import FleetNoise, gpu_factor, spread
 from .runs import Bench
 
-VERDICTS = ("SLOWER", "TIMER", "CLOCK", "AMBIGUOUS", "FASTER", "SAME", "NEW", "MISSING")
+VERDICTS = ("SLOWER", "TIMER", "MISSING", "CLOCK", "AMBIGUOUS", "FASTER", "SAME", "NEW", "UNSELECTED")
 #: Verdicts ``--attn-fail-on`` may name.
-FAILABLE = ("SLOWER", "TIMER", "CLOCK", "AMBIGUOUS", "FASTER", "MISSING")
-#: What fails a run unless ``--attn-fail-on`` says otherwise: a slowdown, and a case that could not be compared.
-DEFAULT_FAIL_ON = ("SLOWER", "TIMER")
+FAILABLE = ("SLOWER", "TIMER", "CLOCK", "AMBIGUOUS", "FASTER", "MISSING", "UNSELECTED")
+#: What fails a run unless ``--attn-fail-on`` says otherwise: a slowdown, a case that could not be compared, and a
+#: case of the baseline this run selected and did not measure (a back end whose import broke must not pass).
+DEFAULT_FAIL_ON = ("SLOWER", "TIMER", "MISSING")
 DEFAULT_THRESHOLD = 0.05
 Z = 3.0
 ASSUMED_RUN_NOISE = 0.01  # between-run noise of one GPU run's median when the baseline measured none

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from ..core.device import DeviceInfo
 from ..core.record import Peers, Record
 from ..core.sustained import ranking_change
-from .layout import fit_table, wrap
+from .layout import fit_table, printable, wrap
 from .peers import peers_of, slow_path_lines
 from .rule import Comparison
 
@@ -233,7 +233,8 @@ def render(results: Sequence[Record], device: DeviceInfo | None, skips: Iterable
     """Lines of the summary: a header, then one block per problem (group), the slow paths, the notes
     and the skip reasons; within ``width`` columns where it is given (tables lose their emptiest and least
     needed columns, a note says which, and prose is wrapped). ``compared``: a saved run's name and each case's
-    comparison with it, for the "vs saved" column."""
+    comparison with it, for the "vs saved" column. Every line printed as text (:func:`~.layout.printable`): a name
+    or a note read from a file (``pytest-attn merge``) cannot drive the terminal."""
     lines = _header(results, device, reference) + sustained_lines(results)
     by_case = {c.name: c for c in compared[1]} if compared else {}
     if compared:
@@ -265,7 +266,7 @@ def render(results: Sequence[Record], device: DeviceInfo | None, skips: Iterable
     if reasons:
         lines += ["", "skipped:"]
         lines += [f"  {n} x {reason}" for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1])]
-    return wrap(lines, width)
+    return wrap([printable(line) for line in lines], width)  # (records merged from files: their names are text)
 
 
 def _header(results: Sequence[Record], device: DeviceInfo | None, reference: str) -> list[str]:
