@@ -89,7 +89,7 @@ def gpu_notes(comparisons: Sequence[Comparison], shown: int = 4) -> list[str]:
     one_gpu = sources == {"allowance"}
     why = ("their baseline measured each on one GPU, so the allowance for two GPUs stands in" if one_gpu
            else "their baseline's GPUs disagree on them, or measured them on one GPU")
-    named = ", ".join(f"{c.name} (+-{c.noise:.1%}, {c.gpu_noise / (c.noise or 1):.0%} of it between GPUs)"
+    named = ", ".join(f"{printable(c.name)} (+-{c.noise:.1%}, {c.gpu_noise / (c.noise or 1):.0%} of it between GPUs)"
                       for c in sorted(held, key=lambda x: -x.gpu_noise)[:shown])
     more = f" and {len(held) - shown} more" if len(held) > shown else ""
     return [f"{len(held)} case(s) would gate more sharply with more GPUs in their baseline ({why}): {named}{more}."

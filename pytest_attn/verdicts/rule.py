@@ -284,13 +284,6 @@ def _consult_cycles(in_time: str, change: float, cycles_change: float, b: Bench,
     return in_time, ""
 
 
-def other_gpu(b: Bench, c: Bench) -> bool:
-    """The two medians come from two GPUs (their UUIDs differ; unknown counts as the same)."""
-    ub = b.record.device.uuid if b.record is not None else None
-    uc = c.record.device.uuid if c.record is not None else None
-    return bool(ub and uc and ub != uc)
-
-
 def unlike(b: Bench, c: Bench) -> str:
     """Why the two medians cannot be compared (another timer or calls per sample), or "" when they can (or a
     run without records cannot say)."""
