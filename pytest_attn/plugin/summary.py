@@ -11,7 +11,7 @@ import pytest
 from ..verdicts.layout import wrap
 from ..verdicts.rule import Comparison, compare
 from ..verdicts.runs import benches, by_name
-from ..verdicts.table import render, time_lines
+from ..verdicts.table import TimeCaps, render, time_lines
 from .session import (
     ATTENTION_RUN,
     ATTENTION_WHY,
@@ -120,8 +120,10 @@ def summary_section(terminalreporter: Any, config: pytest.Config) -> None:
     terminalreporter.write_sep("=", "pytest-attn summary")
     devices = list({r.device.uuid or r.device.name: r.device for r in session.results.records}.values())
     device = session.device_if_probed or (devices[0] if devices else None)
+    caps = TimeCaps(cpu=device is not None and not device.is_cuda, target=session.options.precision,
+                    every=config.get_verbosity() > 0)
     lines = render(session.results.records, device, session.results.skips, session.options.speedup_vs, width,
-                   _compared(config, session))
+                   _compared(config, session), time_caps=caps)
     if len(devices) > 1:
         lines.insert(0, "measured on " + "; ".join(f"GPU {d.host_index}: {d.name} ({d.uuid})" if d.is_cuda
                                                    else d.describe() for d in devices))
