@@ -86,6 +86,9 @@ class AttnSession:
         self.progress: Progress | None = None
         self.wall = WallTimes(before_load_s=process_age_s() or 0.0)
         self._device: tuple[DeviceInfo, Nvml] | None = None
+        self.kinds_asked: list[str] = []  # the suite kinds tests asked for cases of (:meth:`cases`)
+        #: the attention tests collected: (their parents' names, the function's name), for what -k matches
+        self.attention_tests: set[tuple[tuple[str, ...], str]] = set()
 
     # ---- back ends -------------------------------------------------------------------------------
     @cached_property
@@ -193,6 +196,8 @@ class AttnSession:
         """The profile's cases of one kind ("prefill", "decode", "varlen", "masks" or "all") for the
         selected back ends, dtypes and directions, back ends innermost so one problem's results sit
         together."""
+        if kind not in self.kinds_asked:
+            self.kinds_asked.append(kind)
         only_adhoc = self.options.adhoc and self.options.profile == "auto"
         variants = [] if only_adhoc else profile_variants(self.profile, kind)
         variants += [v for v in self.options.adhoc if v.shape.kind == kind or kind == "all"]
@@ -204,6 +209,13 @@ class AttnSession:
         if self.profile == "smoke" and "default" in self.options.backends:
             backends = [b for b in backends if b not in SMOKE_LEAVES_OUT]
         return [v.case(b) for v in variants for b in backends]
+
+
+    def test_names(self, case_id: str) -> list[str]:
+        """The names ``-k`` is matched against for a case ``case_id`` of the attention tests collected: each
+        test's own (``function[case id]``) and its parents'; the case id alone where none was collected."""
+        names = [n for parents, function in self.attention_tests for n in (*parents, f"{function}[{case_id}]")]
+        return names or [case_id]
 
 
 ATTN_SESSION = pytest.StashKey[AttnSession]()
