@@ -33,6 +33,7 @@ from ..verdicts.layout import wrap
 from ..verdicts.reports import markdown, write_reports
 from ..verdicts.runs import benches, partial_headline
 from .benchjson import run_json
+from .hints import in_this_run
 from .session import (
     ATTN_SESSION,
     CPU_THREADS,
@@ -289,7 +290,7 @@ def _baseline_for(config: pytest.Config, given: str, folder: Path,
     try:
         return load_baseline(path), str(path), ""
     except BaselineError as exc:
-        return None, str(path), f"error: {exc}"
+        return None, str(path), f"error: {in_this_run(str(exc), config)}"
 
 
 def _save(session: pytest.Session, attn: AttnSession, fp: Fingerprint, records: list[Record]) -> list[str]:
@@ -301,7 +302,7 @@ def _save(session: pytest.Session, attn: AttnSession, fp: Fingerprint, records: 
         return [save_baseline(path, run_json(records, session.config), fp, force=attn.gate.force, add=attn.gate.add)]
     except BaselineError as exc:
         session.exitstatus = pytest.ExitCode.USAGE_ERROR
-        return [f"error: {flag}: {exc}"]
+        return [f"error: {flag}: {in_this_run(str(exc), session.config)}"]
     except OSError as exc:  # its folder or lock file cannot be made (a read-only mount): said, and the run saves on
         session.exitstatus = pytest.ExitCode.USAGE_ERROR
         return [f"error: {flag}: nothing saved: cannot write {exc.filename or path.parent} ({exc.strerror or exc});"

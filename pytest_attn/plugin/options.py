@@ -298,7 +298,7 @@ def _add_gate_options(g: Any) -> None:
     _add(g, "--attn-ab-arm-timeout", FLOOR_S, type=positive_float("--attn-ab-arm-timeout"), metavar="SECONDS",
          help="with --attn-ab: the least time an arm is waited for (a block: 10x what it should take; starting an"
               " arm, or a case's first set-up in it: 6x this, at least 300); past it the arm is killed, the case"
-              " fails naming it, and a new process replaces it (default 300; docs/ab.md)")
+              " fails naming it, and a new process replaces it (default 300)")
 
 
 def misspelled(args: Sequence[str], known: Callable[[Sequence[str]], list[str]]) -> str | None:

@@ -266,9 +266,14 @@ def terminal_say(config: pytest.Config, prefix: str = "pytest-attn") -> Callable
     return say
 
 
-NOT_LOADED = ("pytest-attn is not loaded as a pytest plugin in this environment, though its code is imported"
-              " (a suite's conftest does): install it (pip install -e . in the checkout), or load it by name:"
-              " pytest -p pytest_attn.plugin ...")
+def not_loaded() -> str:
+    """pytest-attn's code imported, its plugin not loaded: install the copy that was imported (there is no PyPI
+    release: its own folder, where that is a source tree), or load the plugin by name."""
+    root = Path(__file__).resolve().parents[2]
+    where = str(root) if (root / "pyproject.toml").is_file() else "./pytest-attn, from the folder holding its clone"
+    return ("pytest-attn is not loaded as a pytest plugin in this environment, though its code is imported (a"
+            f" suite's conftest does): install it in this environment (pip install {where}), or load it by name:"
+            " pytest -p pytest_attn.plugin ...")
 
 
 def options_of(config: pytest.Config) -> AttnOptions:
@@ -281,7 +286,7 @@ def attn_session(config: pytest.Config) -> AttnSession:
     """The session's state; a :class:`pytest.UsageError` that says how to load the plugin where it is not."""
     session = config.stash.get(ATTN_SESSION, None)
     if session is None:
-        raise pytest.UsageError(NOT_LOADED)
+        raise pytest.UsageError(not_loaded())
     return session
 
 
@@ -321,7 +326,7 @@ def prepare_attention_run(config: pytest.Config, why: str = "a conftest called p
     if config.stash.get(ATTENTION_RUN, False):
         return
     if not config.pluginmanager.is_registered(sys.modules["pytest_attn.plugin"]):
-        raise pytest.UsageError(NOT_LOADED)  # at start-up, not as a KeyError while collecting
+        raise pytest.UsageError(not_loaded())  # at start-up, not as a KeyError while collecting
     config.stash[ATTENTION_RUN] = True
     config.stash[ATTENTION_WHY] = why
     for quiet in QUIET_WARNINGS:  # e.g. the CuTe DSL's note on every FA4 kernel it compiles
