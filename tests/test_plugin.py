@@ -10,6 +10,7 @@ import pytest
 from factories import attention_suite
 
 from pytest_attn.core.record import Record
+from pytest_attn.plugin.session import not_loaded
 
 torch = pytest.importorskip("torch")
 
@@ -480,8 +481,9 @@ def pytest_configure(config):
     missing = pytester.runpytest_subprocess("-p", "no:pytest_attn.plugin", "-p", "no:cacheprovider")
     assert missing.ret == pytest.ExitCode.USAGE_ERROR
     missing.stderr.fnmatch_lines(["ERROR: pytest-attn is not loaded as a pytest plugin in this environment*install it"
-                                  " (pip install -e . in the checkout), or load it by name: pytest -p"
+                                  " in this environment (pip install *), or load it by name: pytest -p"
                                   " pytest_attn.plugin*"])
+    assert f"ERROR: {not_loaded()}" in missing.stderr.str()  # the copy imported here, by its folder
     assert "KeyError" not in missing.stdout.str() + missing.stderr.str()
     both = pytester.runpytest_subprocess("-p", "pytest_attn.plugin", "-p", "no:cacheprovider")
     assert both.ret == pytest.ExitCode.OK, both.stderr.str()

@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from factories import record
 
 from pytest_attn.core.files import PROBE_PREFIX, probe_writable
 from pytest_attn.verdicts import cli
-from pytest_attn.verdicts.baseline import BaselineError, save_baseline
+from pytest_attn.verdicts.baseline import BaselineError, lock_path, save_baseline
 from pytest_attn.verdicts.fingerprint import fingerprint_of
 from pytest_attn.verdicts.reports import headline, write_reports
 from pytest_attn.verdicts.rule import Thresholds, compare
@@ -193,7 +194,7 @@ def test_a_double_ctrl_c_saves_what_was_measured_marked_partial(run, pytester, m
     assert mark["reason"] == "interrupted (Ctrl-C or a signal)" and mark["cases_measured"] < mark["cases_selected"]
     said = f"interrupted after {mark['cases_measured']} of {mark['cases_selected']} cases: partial"
     summary = (pytester.path / "rep" / "summary.md").read_text()
-    assert summary.startswith(f"### pytest-attn: {said} (") and "no regression" not in summary
+    assert summary.startswith(f"### pytest-attn: {said}") and "no regression" not in summary
     result.stdout.fnmatch_lines([f"{said}: the verdicts below are of the cases measured before the cut"])
 
 
@@ -202,7 +203,7 @@ def test_a_cut_short_runs_headline_says_so_and_never_no_regression():
     (same,) = compare(base, {"s::a": bench_of(record("steady", 1e-3, test="s::a"))}, Thresholds())
     (slower,) = compare(base, {"s::a": bench_of(record("steady", 2e-3, test="s::a"))}, Thresholds())
     cut = "interrupted after 12 of 40 cases: partial"
-    assert (headline([same]), headline([same], partial=cut)) == ("no regression", cut)
+    assert (headline([same]), headline([same], partial=cut)) == ("no regression in 1 of 1 cases", cut)
     assert headline([slower], partial=cut) == f"{cut}; regression"
 
 
@@ -290,17 +291,19 @@ def test_reports_and_plots_replace_a_planted_link_and_leave_its_target_alone(tmp
     assert all((tmp_path / "rep" / n).is_file() and not (tmp_path / "rep" / n).is_symlink() for n in names)
 
 
-def test_a_baseline_is_never_saved_through_a_planted_link(tmp_path):
+def test_a_baseline_is_never_saved_through_a_planted_link(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # where the save's lock lives (lock_path)
     target = tmp_path / "precious"
     target.write_text("keep me")
     r = record("flash-attn", 1e-3, test="s::a")
     run_json = {"benchmarks": [{"name": "a", "fullname": "s::a", "stats": {"median": 1e-3}, "extra_info": r.to_json()}]}
     folder = tmp_path / "b" / "nvidia-h200"
-    _planted(folder, ["baseline.json.lock"], target)
-    with pytest.raises(BaselineError, match=r"baseline\.json\.lock is a symbolic link"):
+    lock = lock_path(folder / "baseline.json")
+    _planted(lock.parent, [lock.name], target)
+    with pytest.raises(BaselineError, match=r"pytest-attn-baseline-\w+\.lock is a symbolic link"):
         save_baseline(folder / "baseline.json", run_json, fingerprint_of(r.device))
-    (folder / "baseline.json.lock").unlink()
-    _planted(folder, ["baseline.json"], target)
+    lock.unlink()
+    _planted(folder, ["baseline.json", "baseline.json.lock"], target)  # beside it, the lock is no longer opened
     save_baseline(folder / "baseline.json", run_json, fingerprint_of(r.device), force=True)
     assert target.read_text() == "keep me" and not (folder / "baseline.json").is_symlink()
 

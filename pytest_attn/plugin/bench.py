@@ -14,7 +14,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import pytest
 
@@ -32,10 +32,12 @@ from ..verdicts.peers import peers_of
 from .ab import ab_run, hand_over
 from .benchjson import benchmark_metadata
 from .detect import attention_file
-from .figures import session_figures
+from .figures import impossible_why, session_figures
 from .gate import timer_pins
-from .handover import RECORD, SKIP, send
+from .handover import RECORD, send
+from .hints import skip_reason
 from .options import AttnOptions, given
+from .outcomes import refuse_case, skip_case
 from .progress import Progress
 from .session import (
     ATTENTION_RUN,
@@ -139,6 +141,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     locker = config.stash.get(CLOCK_LOCKER, None)
     if locker is not None:
         locker.release()
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Each attention test's names, before -k deselects any: what a run that selected none says
+    (:mod:`.nothing_selected`)."""
+    attn = item.config.stash.get(ATTN_SESSION, None)
+    if attn is not None and case_of_item(item) is not None:
+        parents = tuple(node.name for node in item.listchain()[1:-1])  # not the session's, as pytest's -k
+        attn.attention_tests.add((parents, getattr(item, "originalname", item.name)))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -248,18 +259,13 @@ def attn_bench(request: pytest.FixtureRequest, benchmark: Any, attn_device: Devi
     worker = is_worker(config)
     check_only = timing_disabled(config) if worker else benchmark.disabled
     ab = ab_run(config)
-
-    def skip(reason: str) -> NoReturn:
-        session.results.skipped(reason)
-        if worker:
-            send(request, SKIP, reason.splitlines()[0])
-        pytest.skip(reason)
+    adhoc_shapes = {v.shape.name for v in session.options.adhoc}
 
     def run(case: AttnCase) -> Record | None:
         backend = session.registry.get(case.backend)
         if blocked := session.compiled.blocked.get(case.id):
-            skip(blocked)
-        label, failed = record_name(request.node.nodeid, config), ""
+            skip_case(request, session, blocked)
+        label, failed, used = record_name(request.node.nodeid, config), "", False
         try:
             if check_only:  # --benchmark-disable: checked and run once, nothing timed
                 if ab is not None:  # by both arms
@@ -267,18 +273,21 @@ def attn_bench(request: pytest.FixtureRequest, benchmark: Any, attn_device: Devi
                 elif worker:
                     check_case(case, backend, attn_device, session.settings)
                 else:
+                    used = True
                     benchmark.pedantic(check_case, (case, backend, attn_device, session.settings), rounds=1)
                 return None
             settings = _settings_for(config, label)
             record, outcome = ab.measure(session, case, label) if ab is not None else \
                 (run_case(case, backend, attn_device, settings, label=label, nvml=session.nvml), None)
         except CaseSkipped as exc:
-            skip(str(exc))
+            skip_case(request, session, skip_reason(exc, case, case.shape in adhoc_shapes, session.profile))
         except CaseFailed as exc:
             failed = str(exc)
+        if not failed:
+            record = session_figures(session, record)
+            failed = impossible_why(session, record) or ""
         if failed:  # outside the except: pytest would print the message twice, "during handling of" the first
-            pytest.fail(failed, pytrace=False)
-        record = session_figures(session, record)
+            refuse_case(request, benchmark, session, case.backend, failed, used)
         _hand_over(request, benchmark, session, record, worker)
         if ab is not None and outcome is not None:
             hand_over(ab, outcome, request, benchmark.extra_info, worker)

@@ -41,6 +41,7 @@ from ..verdicts.reports import markdown, write_reports
 from ..verdicts.runs import benches, partial_headline
 from .benchjson import run_json
 from .gate_inputs import NotMeasured, collected, controller_devices, gates, selection_of, stored_at_start, timing_asked
+from .hints import in_this_run
 from .session import (
     ATTENTION_RUN,
     ATTN_SESSION,
@@ -316,7 +317,7 @@ def _baseline_for(config: pytest.Config, given: str, folder: Path,
     try:
         return held if held is not None else load_baseline(path), str(path), ""
     except BaselineError as exc:
-        return None, str(path), f"error: {exc}"
+        return None, str(path), f"error: {in_this_run(str(exc), config)}"
 
 
 def _stored(config: pytest.Config, path: Path) -> dict[str, Any] | None:
@@ -340,7 +341,7 @@ def _save(session: pytest.Session, attn: AttnSession, fp: Fingerprint, records: 
         return [save_baseline(path, run_json(records, session.config), fp, force=attn.gate.force, add=attn.gate.add)]
     except BaselineError as exc:
         session.exitstatus = pytest.ExitCode.USAGE_ERROR
-        return [f"error: {flag}: {exc}"]
+        return [f"error: {flag}: {in_this_run(str(exc), session.config)}"]
     except OSError as exc:  # its folder or lock file cannot be made (a read-only mount): said, and the run saves on
         session.exitstatus = pytest.ExitCode.USAGE_ERROR
         return [f"error: {flag}: nothing saved: cannot write {exc.filename or path.parent} ({exc.strerror or exc});"

@@ -22,6 +22,7 @@ from ..engine import probe
 from ..verdicts.baseline import BaselineError, baseline_path, load_baseline
 from ..verdicts.fingerprint import Fingerprint
 from ..verdicts.selection import Selection
+from .hints import in_this_run
 from .session import (
     NOT_MEASURED,
     SELECTED,
@@ -104,8 +105,8 @@ def stored_at_start(config: pytest.Config, devices: list[Fingerprint]) -> None:
             held[path] = load_baseline(path)
         except BaselineError as exc:
             raise pytest.UsageError(
-                f"the stored baseline for {fp.device}: {exc} (--attn-save-baseline replaces a corrupt one only with"
-                " --attn-force). To run without it: --attn-baseline=off") from None
+                f"the stored baseline for {fp.device}: {in_this_run(str(exc), config)} (--attn-save-baseline replaces"
+                " a corrupt one only with --attn-force). To run without it: --attn-baseline=off") from None
 
 
 def plain_name(config: pytest.Config, nodeid: str) -> str:

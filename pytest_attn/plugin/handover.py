@@ -4,7 +4,8 @@ on it, in one place.
 **Controller -> worker** (``workerinput``, when the worker starts): :data:`GPUS`, the run's GPUs in order.
 
 **Worker -> controller, in each test report** (``user_properties``, JSON text: it crosses processes as it is),
-by :func:`send`: :data:`RECORD` (a result record), :data:`SKIP` (why a case was skipped), :data:`AB_RESULT` (a
+by :func:`send`: :data:`RECORD` (a result record), :data:`SKIP` (why a case was skipped), :data:`FAILED`
+(the back end of a case that failed), :data:`AB_RESULT` (a
 paired A/B case's outcome) and :data:`AB_ARMS` (what each of its arms runs).
 
 **Worker -> controller, at its end** (``workeroutput``), by :func:`send_at_end`: :data:`SESSION_LINES` (its
@@ -28,6 +29,7 @@ from .session import AB_HANDED, AB_WORKER_LINES, ATTN_SESSION, FUZZ_REACH, SHARD
 GPUS = "pytest_attn_gpus"
 RECORD = "pytest_attn_record"
 SKIP = "pytest_attn_skip"
+FAILED = "pytest_attn_failed"
 AB_RESULT = "pytest_attn_ab"
 AB_ARMS = "pytest_attn_ab_arms"
 SESSION_LINES = "pytest_attn"
@@ -59,6 +61,8 @@ class Collector:
                 attn.results.take(Record.from_json(json.loads(value)))
             elif key == SKIP and report.skipped and attn is not None:
                 attn.results.skipped(value)
+            elif key == FAILED and report.failed and attn is not None:
+                attn.results.failed(value)
             elif key == AB_RESULT and report.when == "call":
                 self.config.stash.setdefault(AB_HANDED, []).append(AbResult.from_json(json.loads(value)))
             elif key == AB_ARMS and report.when == "call":  # every worker's (the same arms, on its own GPU)

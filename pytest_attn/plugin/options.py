@@ -27,6 +27,7 @@ from ..core.percent import parse_percent
 from ..engine.ab.spec import ArmSpec, parse_ab
 from ..engine.ab.waits import FLOOR_S
 from ..engine.clocks import LockRequest, parse_lock
+from ..engine.stopping import MAX_SAMPLES
 from ..engine.threads import usable_cpus
 from ..engine.timers import TIMER_KINDS
 from ..verdicts.ab.paired import AB_THRESHOLD
@@ -70,7 +71,8 @@ def _choice(what: str, choices: tuple[str, ...], hint: str = "") -> Callable[[st
     return parse
 
 
-def _number(what: str, parse: Callable[[str], T], noun: str, minimum: float) -> Callable[[str], T]:
+def _number(what: str, parse: Callable[[str], T], noun: str, minimum: float, maximum: float = math.inf,
+            most: str = "") -> Callable[[str], T]:
     def convert(text: str) -> T:
         try:
             value = parse(text)
@@ -81,6 +83,8 @@ def _number(what: str, parse: Callable[[str], T], noun: str, minimum: float) -> 
         if value < minimum or not value > 0:  # type: ignore[operator]
             limit = "positive" if minimum <= 1 else f">= {minimum:g} (fewer cannot estimate the precision)"
             raise ValueError(f"{what} must be {limit}, got {text!r}")
+        if value > maximum:  # type: ignore[operator]  # what the engine cannot honour: refused now, not in each case
+            raise ValueError(f"{what}={text} is more than {maximum:,g}, {most}; give {minimum:g} to {maximum:,g}")
         return value
 
     return option_value(what, convert)
@@ -135,10 +139,6 @@ def _adhoc(text: str) -> Variant:
         raise ValueError(str(exc)) from None
 
 
-def _override(text: str) -> tuple[str, str, float]:
-    return parse_override(text)
-
-
 # ---- the converters, one per option that takes a value --------------------------------------------
 profile = option_value("--attn-profile", _choice("profile", ("auto", *PROFILES),
                                               " (auto: 'default' on a GPU, 'cpu' without)"))
@@ -147,7 +147,7 @@ dtypes = comma_list(DTYPES, "dtype", canonical_dtype)
 directions = comma_list(DIRECTIONS, "direction")
 timer = option_value("--attn-timer", _choice("timer", TIMER_KINDS))
 precision = option_value("--attn-precision", lambda t: parse_percent(t, "--attn-precision"))
-min_samples = positive_int("--attn-min-samples", 5)
+min_samples = _number("--attn-min-samples", int, "a whole number", 5, MAX_SAMPLES, "the most samples a case takes")
 adhoc_case = option_value("--attn-case", _adhoc)
 lock_clocks = option_value("--attn-lock-clocks", parse_lock)
 hbm_pattern = option_value("--attn-hbm", _regex)
@@ -155,7 +155,7 @@ inject_slowdown = option_value("--attn-inject-slowdown", lambda t: parse_percent
                                                                               upper=10.0))
 fuzz_head_dims = option_value("--attn-fuzz-head-dims", _head_dims)
 threshold = option_value("--attn-threshold", lambda t: parse_percent(t, "--attn-threshold", upper=10.0))
-threshold_for = option_value("--attn-threshold-for", _override)
+threshold_for = option_value("--attn-threshold-for", parse_override)
 cpu_threads = option_value("--attn-cpu-threads", _threads)
 fail_on = option_value("--attn-fail-on", parse_fail_on)
 shard = option_value("--attn-shard", _shard)
@@ -208,7 +208,7 @@ def add_options(parser: pytest.Parser) -> None:
     _add(g, "--attn-max-time", None, type=positive_float("--attn-max-time"), metavar="SECONDS",
          help="cap on sampling time per case (default by profile: smoke 2, default 3, full 5, cpu 0.5)")
     _add(g, "--attn-min-samples", 10, type=min_samples, metavar="N",
-         help="samples to take at least, 5 or more (default 10)")
+         help=f"samples to take at least, 5 to {MAX_SAMPLES:,} (default 10)")
     _add(g, "--attn-case", [], type=adhoc_case, action="append", metavar="SPEC",
          help="an ad-hoc problem, e.g. \"batch=4,seqlen=2048,heads=16,head_dim=128,causal,dtype=bf16\""
               " (repeatable); without --attn-profile only these run, with it they run beside the catalog")
@@ -298,7 +298,7 @@ def _add_gate_options(g: Any) -> None:
     _add(g, "--attn-ab-arm-timeout", FLOOR_S, type=positive_float("--attn-ab-arm-timeout"), metavar="SECONDS",
          help="with --attn-ab: the least time an arm is waited for (a block: 10x what it should take; starting an"
               " arm, or a case's first set-up in it: 6x this, at least 300); past it the arm is killed, the case"
-              " fails naming it, and a new process replaces it (default 300; docs/ab.md)")
+              " fails naming it, and a new process replaces it (default 300)")
 
 
 def misspelled(args: Sequence[str], known: Callable[[Sequence[str]], list[str]]) -> str | None:

@@ -38,6 +38,7 @@ from ..verdicts.ab.paired import AbResult
 from ..verdicts.fingerprint import gpu_key
 from ..verdicts.layout import wrap
 from ..verdicts.rule import DEFAULT_FAIL_ON, Thresholds
+from .hints import not_loaded
 from .options import DEFAULT_SUSTAINED_S, AttnOptions
 from .progress import Progress, WallTimes
 from .results import Results
@@ -86,6 +87,9 @@ class AttnSession:
         self.progress: Progress | None = None
         self.wall = WallTimes(before_load_s=process_age_s() or 0.0)
         self._device: tuple[DeviceInfo, Nvml] | None = None
+        self.kinds_asked: list[str] = []  # the suite kinds tests asked for cases of (:meth:`cases`)
+        #: the attention tests collected: (their parents' names, the function's name), for what -k matches
+        self.attention_tests: set[tuple[tuple[str, ...], str]] = set()
 
     # ---- back ends -------------------------------------------------------------------------------
     @cached_property
@@ -193,6 +197,8 @@ class AttnSession:
         """The profile's cases of one kind ("prefill", "decode", "varlen", "masks" or "all") for the
         selected back ends, dtypes and directions, back ends innermost so one problem's results sit
         together."""
+        if kind not in self.kinds_asked:
+            self.kinds_asked.append(kind)
         only_adhoc = self.options.adhoc and self.options.profile == "auto"
         variants = [] if only_adhoc else profile_variants(self.profile, kind)
         variants += [v for v in self.options.adhoc if v.shape.kind == kind or kind == "all"]
@@ -204,6 +210,12 @@ class AttnSession:
         if self.profile == "smoke" and "default" in self.options.backends:
             backends = [b for b in backends if b not in SMOKE_LEAVES_OUT]
         return [v.case(b) for v in variants for b in backends]
+
+    def test_names(self, case_id: str) -> list[str]:
+        """The names ``-k`` is matched against for a case ``case_id`` of the attention tests collected: each
+        test's own (``function[case id]``) and its parents'; the case id alone where none was collected."""
+        names = [n for parents, function in self.attention_tests for n in (*parents, f"{function}[{case_id}]")]
+        return names or [case_id]
 
 
 ATTN_SESSION = pytest.StashKey[AttnSession]()
@@ -266,11 +278,6 @@ def terminal_say(config: pytest.Config, prefix: str = "pytest-attn") -> Callable
     return say
 
 
-NOT_LOADED = ("pytest-attn is not loaded as a pytest plugin in this environment, though its code is imported"
-              " (a suite's conftest does): install it (pip install -e . in the checkout), or load it by name:"
-              " pytest -p pytest_attn.plugin ...")
-
-
 def options_of(config: pytest.Config) -> AttnOptions:
     """The ``--attn-*`` options, converted once: the session's (parsed now where none was made: ``--help``)."""
     session = config.stash.get(ATTN_SESSION, None)
@@ -281,7 +288,7 @@ def attn_session(config: pytest.Config) -> AttnSession:
     """The session's state; a :class:`pytest.UsageError` that says how to load the plugin where it is not."""
     session = config.stash.get(ATTN_SESSION, None)
     if session is None:
-        raise pytest.UsageError(NOT_LOADED)
+        raise pytest.UsageError(not_loaded())
     return session
 
 
@@ -321,7 +328,7 @@ def prepare_attention_run(config: pytest.Config, why: str = "a conftest called p
     if config.stash.get(ATTENTION_RUN, False):
         return
     if not config.pluginmanager.is_registered(sys.modules["pytest_attn.plugin"]):
-        raise pytest.UsageError(NOT_LOADED)  # at start-up, not as a KeyError while collecting
+        raise pytest.UsageError(not_loaded())  # at start-up, not as a KeyError while collecting
     config.stash[ATTENTION_RUN] = True
     config.stash[ATTENTION_WHY] = why
     for quiet in QUIET_WARNINGS:  # e.g. the CuTe DSL's note on every FA4 kernel it compiles

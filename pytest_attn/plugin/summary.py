@@ -11,7 +11,8 @@ import pytest
 from ..verdicts.layout import wrap
 from ..verdicts.rule import Comparison, Noise, compare
 from ..verdicts.runs import benches, by_name
-from ..verdicts.table import render, time_lines
+from ..verdicts.table import TimeCaps, render, time_lines
+from .nothing_selected import why_none_selected
 from .session import (
     ATTENTION_RUN,
     ATTENTION_WHY,
@@ -52,12 +53,11 @@ def nothing_measured(session: pytest.Session, attn: AttnSession) -> None:
     failed = selected - len(attn.results.skips)
     how = f"{len(attn.results.skips)} skipped ({why}{more})" if attn.results.skips else ""
     how = ", ".join(filter(None, [how, f"{failed} failed (above)" if failed > 0 else ""]))
-    elsewhere = [f"--attn-case {v.shape.source.removeprefix('--attn-case ')!r} is a {v.shape.kind} problem: it runs"
-                 f" in suites/test_{v.shape.kind}.py" for v in attn.options.adhoc]
+    why_none = None if selected else why_none_selected(config, attn)
     line = (f"measured nothing: of the {selected} attention case(s) selected, {how}" if selected
+            else f"measured nothing: no attention case was selected: {why_none}" if why_none
             else "measured nothing: no attention case was selected (the profile's cases, narrowed by --attn-dtypes,"
-                 " --attn-directions, --attn-backends, --attn-case or -k, left none for these tests)"
-                 + "".join(f"; {e}" for e in elsewhere))
+                 " --attn-directions, --attn-backends, --attn-case or -k, left none for these tests)")
     if asked:
         line = f"error: {line}; the run was asked for {', '.join(asked)}, which needs a measured case"
         if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
@@ -103,8 +103,13 @@ def run_line(config: pytest.Config, session: AttnSession) -> str:
     """What the run was: the profile, the back ends that ran (the others counted, not listed: most cannot run
     on every machine), torch's CPU threads, and why the plugin treated the session as an attention run."""
     ran = sorted({r.case.backend for r in session.results.records}, key=session.backends.index)
-    others = len(session.backends) - len(ran)
-    more = f" ({others} more selected did not run here: pytest -rs says why)" if others else ""
+    failed = [b for b in session.backends if b in session.results.failures and b not in ran]
+    others = len(session.backends) - len(ran) - len(failed)
+    said = [f"{others} more selected did not run here: pytest -rs says why"] if others else []
+    if failed:  # a failure is not a skip: -rs says nothing of it
+        said.append(f"{', '.join(failed)} measured nothing and failed: the failures above say why, and pytest -rf"
+                    " lists them")
+    more = f" ({'; '.join(said)})" if said else ""
     threads = config.stash.get(CPU_THREADS, "torch's default")
     why = config.stash.get(ATTENTION_WHY, "")
     return (f"profile: {session.profile}; back ends that ran: {', '.join(ran) or 'none'}{more}; torch CPU threads:"
@@ -139,8 +144,10 @@ def summary_section(terminalreporter: Any, config: pytest.Config) -> None:
     terminalreporter.write_sep("=", "pytest-attn summary")
     devices = list({r.device.uuid or r.device.name: r.device for r in session.results.records}.values())
     device = session.device_if_probed or (devices[0] if devices else None)
+    caps = TimeCaps(cpu=device is not None and not device.is_cuda, target=session.options.precision,
+                    every=config.get_verbosity() > 0)
     lines = render(session.results.records, device, session.results.skips, session.options.speedup_vs, width,
-                   _compared(config, session))
+                   _compared(config, session), time_caps=caps)
     if len(devices) > 1:
         lines.insert(0, "measured on " + "; ".join(f"GPU {d.host_index}: {d.name} ({d.uuid})" if d.is_cuda
                                                    else d.describe() for d in devices))

@@ -3,9 +3,9 @@ run's fingerprint in ``machine_info.attn_fingerprint`` (``nvidia-h200``; ``cpu-<
 
 Reading and writing both check the run (:func:`check_run`): a ``benchmarks`` list, each with a name and
 a finite, positive ``stats.median`` (a JSON ``true`` is not a number here), a readable result record
-where one is stored, and a fingerprint that names its device. Saving holds a lock on the file
-(``filelock``) from reading the old baseline to renaming the new one into place, so two processes
-saving at once cannot both pass the overwrite rule: a baseline recorded on another device is not
+where one is stored, and a fingerprint that names its device. Saving holds a lock (``filelock``, its file in the
+temporary folder: :func:`lock_path`) from reading the old baseline to renaming the new one into place, so two
+processes saving at once cannot both pass the overwrite rule: a baseline recorded on another device is not
 replaced unless forced, nor is a corrupt one. The write goes through a temporary file and a rename,
 so a baseline is either the old one or the new one, never half of each.
 """
@@ -13,9 +13,11 @@ so a baseline is either the old one or the new one, never half of each.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,9 @@ from .runs import partial_note, repeat_gpus
 from .stored_numbers import legacy_numbers, record_numbers
 
 FILE_NAME = "baseline.json"
-RERECORD = "re-record it with: pytest suites/ --attn-save-baseline"
+#: How to replace an unusable baseline, in words valid wherever the user runs (the plugin names the very command
+#: of the run where it knows it).
+RERECORD = "re-record it: rerun your benchmark command with --attn-save-baseline --attn-force"
 LOCK_TIMEOUT_S = 120.0
 
 
@@ -191,10 +195,11 @@ def save_baseline(path: Path, run: dict[str, Any], fingerprint: Fingerprint, *, 
     path.parent.mkdir(parents=True, exist_ok=True)
     from filelock import FileLock, Timeout  # here: 5 ms to import, in every pytest session otherwise
 
-    if Path(f"{path}.lock").is_symlink():  # filelock opens it with O_TRUNC: through a link, it would empty the target
-        raise BaselineError(f"{path}.lock is a symbolic link (to {os.readlink(f'{path}.lock')}); pytest-attn does not"
+    lock_file = lock_path(path)
+    if lock_file.is_symlink():  # filelock opens it with O_TRUNC: through a link, it would empty the target
+        raise BaselineError(f"{lock_file} is a symbolic link (to {os.readlink(lock_file)}); pytest-attn does not"
                             " write through a link it did not make. Remove it and rerun; nothing saved")
-    lock = FileLock(f"{path}.lock", timeout=LOCK_TIMEOUT_S)
+    lock = FileLock(str(lock_file), timeout=LOCK_TIMEOUT_S)
     try:
         with lock:
             if add:
@@ -208,9 +213,19 @@ def save_baseline(path: Path, run: dict[str, Any], fingerprint: Fingerprint, *, 
                 note = _may_replace(path, fingerprint, force)
             _write(path, data)
     except Timeout:
-        raise BaselineError(f"another process has held {path}.lock for over {LOCK_TIMEOUT_S:.0f} s; nothing saved."
-                            " If no other save is running, delete the lock file") from None
+        raise BaselineError(f"another process has held the lock on {path} ({lock_path(path)}) for over"
+                            f" {LOCK_TIMEOUT_S:.0f} s; nothing saved. If no other save is running, delete that"
+                            " lock file") from None
     return f"saved {len(data['benchmarks'])} results as the baseline for {fingerprint.device}: {path}{note}"
+
+
+def lock_path(path: Path) -> Path:
+    """The lock file a save of the baseline ``path`` holds: in the temporary folder, named for the baseline's
+    absolute path -- not beside it, where ``git add baselines/`` would commit it. filelock leaves its file behind
+    by design, and deleting it after the release would break the lock: a process waiting on the old file and one
+    creating a new one would both hold "the lock"."""
+    key = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"pytest-attn-baseline-{key}.lock"
 
 
 def _may_replace(path: Path, fingerprint: Fingerprint, force: bool) -> str:

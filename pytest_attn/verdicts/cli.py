@@ -43,8 +43,8 @@ class _Parser(argparse.ArgumentParser):
         self.exit(USAGE, f"{self.prog}: error: {message}\n")
 
 
-DESCRIPTION = ("pytest-attn's command line. The benchmarks themselves run under pytest (pytest suites/; pytest"
-               " --help lists the --attn-* options); this tool works on their saved JSON.")
+DESCRIPTION = ("pytest-attn's command line. The benchmarks themselves run under pytest (pytest --help lists the"
+               " --attn-* options); this tool works on their saved JSON.")
 BASELINE = ("Add saved runs (--benchmark-json files of the baseline's selection, measured on other GPUs or hosts of"
             " its GPU model) to a baseline as repeats. Each repeat keeps the GPU that measured it, so the gate"
             " measures how much the model's GPUs differ instead of assuming it. Exit status: 0 added, 4 bad input.")

@@ -153,7 +153,7 @@ class FleetNoise:
         if not self.pooled:
             parts = ", ".join(f"{k} {v:.2%}" for k, v in sorted(self.allowance.items()) if k != "unknown")
             return (f"between-GPU noise: the baseline's cases were each measured on one GPU, so the allowance"
-                    f" measured on real hosts stands for it ({parts} per GPU; docs/gate.md)")
+                    f" measured on real hosts stands for it ({parts} per GPU)")
         bounds = sorted((k, v) for k, v in self.pooled.items() if "/" not in k)
         parts = ", ".join(f"{k} {v:.2%} ({self.cases[k]} cases)" for k, v in bounds)
         return (f"between-GPU noise measured from the baseline's {self.gpus} GPUs: {parts} per GPU, or a case's own"

@@ -77,7 +77,7 @@ def write_plots(folder: Path, records: Sequence[Record]) -> list[str]:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return ["plots skipped: matplotlib is not installed (pip install -e \".[plots]\")"]
+        return ["plots skipped: matplotlib is not installed (pip install matplotlib)"]
     if not records:
         return ["plots skipped: no timed results in this run"]
     folder.mkdir(parents=True, exist_ok=True)

@@ -134,9 +134,10 @@ def _sustained_cells(result: Record) -> tuple[str, str, str, str]:
 CLOCK_DRIFT_FLAG = 0.03
 
 
-def result_notes(r: Record) -> list[str]:
+def result_notes(r: Record, time_cap: bool = True) -> list[str]:
     """What to doubt about one result: peak notes, timer fall-backs, an unsettled warm-up, a timing
-    self-check that disagreed, throttling, a time cap before the precision target."""
+    self-check that disagreed, throttling, a time cap before the precision target (unless ``time_cap`` is False:
+    :func:`time_cap_notes` says it for the run)."""
     notes = [r.figures.peak_note] if r.figures.peak_note else []
     t, throttle = r.timing, r.clocks.throttle
     if t.timer_note:
@@ -148,7 +149,7 @@ def result_notes(r: Record) -> list[str]:
     if throttle is not None and (throttle.mostly_throttled or throttle.dropped):
         flag = "mostly measured while throttled: " if throttle.mostly_throttled else ""
         notes.append(f"{r.case.id}: {flag}{throttle.describe()}")
-    if t.stop_reason != "precision":
+    if t.stop_reason != "precision" and (time_cap or t.stop_reason != "time-cap"):
         notes.append(f"{r.case.id}: stopped at the {t.stop_reason} at ±{fmt_pct(t.precision)}")
     if t.l2.endswith("warm between calls"):
         notes.append(f"{r.case.id}: {t.l2} (the inputs fit in L2 three times over: the figure is a warm-L2 one)")
@@ -165,6 +166,36 @@ def result_notes(r: Record) -> list[str]:
         notes.append(f"{r.case.id}: {r.hbm.describe()}")
     if r.hbm_note:
         notes.append(f"{r.case.id}: HBM not measured: {r.hbm_note}")
+    return notes
+
+
+#: A GPU run lists this many cases that stopped at their time cap (-v: every one), and counts the rest.
+TIME_CAP_NOTES = 5
+
+
+@dataclass(frozen=True)
+class TimeCaps:
+    """How a run's summary says which cases stopped at their time cap before the precision ``target``: on a CPU
+    in one line (nearly every case does there), on a GPU the first :data:`TIME_CAP_NOTES`; ``every`` one (-v)."""
+
+    cpu: bool
+    target: float
+    every: bool = False
+
+
+def time_cap_notes(results: Sequence[Record], caps: TimeCaps) -> list[str]:
+    """The notes of the cases that stopped at their time cap, as ``caps`` says."""
+    capped = [r for r in results if r.timing.stop_reason == "time-cap"]
+    if not capped:
+        return []
+    if caps.cpu and not caps.every:
+        return [f"{len(capped)} case(s) stopped at their time cap before the {caps.target * 100:g} % precision target:"
+                " on a CPU that is expected; their medians are still compared with their own noise (-v lists them)"]
+    shown = capped if caps.every else capped[:TIME_CAP_NOTES]
+    notes = [f"{r.case.id}: stopped at the time-cap at ±{fmt_pct(r.timing.precision)}" for r in shown]
+    if len(capped) > len(shown):
+        notes.append(f"and {len(capped) - len(shown)} more case(s) stopped at their time cap before the"
+                     f" {caps.target * 100:g} % precision target (-v lists them)")
     return notes
 
 
@@ -229,12 +260,13 @@ def compared_lines(name: str, comparisons: Sequence[Comparison]) -> list[str]:
 
 def render(results: Sequence[Record], device: DeviceInfo | None, skips: Iterable[str] = (),
            reference: str = "sdpa-math", width: int | None = None,
-           compared: tuple[str, Sequence[Comparison]] | None = None) -> list[str]:
+           compared: tuple[str, Sequence[Comparison]] | None = None, time_caps: TimeCaps | None = None) -> list[str]:
     """Lines of the summary: a header, then one block per problem (group), the slow paths, the notes
     and the skip reasons; within ``width`` columns where it is given (tables lose their emptiest and least
     needed columns, a note says which, and prose is wrapped). ``compared``: a saved run's name and each case's
-    comparison with it, for the "vs saved" column. Every line printed as text (:func:`~.layout.printable`): a name
-    or a note read from a file (``pytest-attn merge``) cannot drive the terminal."""
+    comparison with it, for the "vs saved" column. ``time_caps``: how the cases stopped at their time cap are
+    said (:func:`time_cap_notes`; None: a note for each). Every line printed as text (:func:`~.layout.printable`):
+    a name or a note read from a file (``pytest-attn merge``) cannot drive the terminal."""
     lines = _header(results, device, reference) + sustained_lines(results)
     by_case = {c.name: c for c in compared[1]} if compared else {}
     if compared:
@@ -250,7 +282,9 @@ def render(results: Sequence[Record], device: DeviceInfo | None, skips: Iterable
         lines += block
         dropped += [c for c in gone if c not in dropped]
         for r in members:
-            notes.extend(n for n in result_notes(r) if n not in notes)
+            notes.extend(n for n in result_notes(r, time_caps is None) if n not in notes)
+    if time_caps is not None:
+        notes += time_cap_notes(results, time_caps)
     if dropped:
         notes.append(f"left out to fit {width} columns: {', '.join(dropped)} (in the JSON and --attn-report; a wider"
                      " terminal shows them)")
