@@ -20,10 +20,11 @@ from pytest_attn.verdicts.fingerprint import fingerprint_of
 from pytest_attn.verdicts.layout import printable
 from pytest_attn.verdicts.render import md_code
 from pytest_attn.verdicts.reports import HEADER, headline, markdown
-from pytest_attn.verdicts.rule import DEFAULT_FAIL_ON, Comparison, Thresholds
+from pytest_attn.verdicts.rule import Comparison, Thresholds
 from pytest_attn.verdicts.runs import Bench
 from pytest_attn.verdicts.selection import Selection
 from pytest_attn.verdicts.table import render
+from pytest_attn.verdicts.verdict import DEFAULT_FAIL_ON
 
 FP = fingerprint_of(H200)
 

@@ -31,7 +31,8 @@ from ..engine.stopping import MAX_SAMPLES
 from ..engine.threads import usable_cpus
 from ..engine.timers import TIMER_KINDS
 from ..verdicts.ab.paired import AB_THRESHOLD
-from ..verdicts.rule import DEFAULT_FAIL_ON, DEFAULT_THRESHOLD, parse_fail_on, parse_override
+from ..verdicts.rule import DEFAULT_THRESHOLD, parse_override
+from ..verdicts.verdict import DEFAULT_FAIL_ON, fail_on_help, parse_fail_on
 
 T = TypeVar("T")
 
@@ -274,8 +275,7 @@ def _add_gate_options(g: Any) -> None:
          help="a change must exceed this (and both runs' noise) to be SLOWER/FASTER (default 5%%)")
     _add(g, "--attn-threshold-for", [], type=threshold_for, action="append",
          metavar="KIND:NAME=PCT", help="per back end or group: backend:flex=10%% or group:NAME=3%% (repeatable)")
-    _add(g, "--attn-fail-on", DEFAULT_FAIL_ON, type=fail_on, metavar="LIST",
-         help="verdicts that fail the run: slower,timer,missing (default), ambiguous, clock, faster, unselected")
+    _add(g, "--attn-fail-on", DEFAULT_FAIL_ON, type=fail_on, metavar="LIST", help=fail_on_help())
     _add(g, "--attn-save-baseline", False, action="store_true",
          help="store this run as the baseline for this device (baselines/<device-key>/baseline.json; on a CPU,"
               " cpu-<model>)")

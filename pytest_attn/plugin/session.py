@@ -37,7 +37,8 @@ from ..engine.threads import auto_threads, set_torch_threads, usable_cpus
 from ..verdicts.ab.paired import AbResult
 from ..verdicts.fingerprint import gpu_key
 from ..verdicts.layout import wrap
-from ..verdicts.rule import DEFAULT_FAIL_ON, Thresholds
+from ..verdicts.rule import Thresholds
+from ..verdicts.verdict import DEFAULT_FAIL_ON
 from .hints import not_loaded
 from .options import DEFAULT_SUSTAINED_S, AttnOptions
 from .progress import Progress, WallTimes

@@ -28,9 +28,10 @@ from .baseline import add_runs, baseline_path, check_run, load_baseline, stored_
 from .decision import by_device, gate
 from .merge import MergeError, merge_runs, shard_problems
 from .reports import write_reports
-from .rule import DEFAULT_FAIL_ON, DEFAULT_THRESHOLD, Thresholds, parse_fail_on, parse_fraction, parse_override
+from .rule import DEFAULT_THRESHOLD, Thresholds, parse_fraction, parse_override
 from .runs import partial_headline, partial_note, records
 from .table import render, time_lines
+from .verdict import DEFAULT_FAIL_ON, parse_fail_on
 
 OK, FAILED, USAGE = 0, 1, 4
 

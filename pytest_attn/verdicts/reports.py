@@ -11,9 +11,10 @@ from ..core.record import Record
 from .layout import fit_table, printable
 from .plots import write_plots
 from .render import csv_rows, explained, markdown_table, md_cell, md_code, md_text, verdict_counts, write_files
-from .rule import DEFAULT_FAIL_ON, Comparison
+from .rule import Comparison
 from .selection import counted_files
 from .table import fmt_time, sustained_lines
+from .verdict import DEFAULT_FAIL_ON, Verdict
 
 HEADER = ("benchmark", "baseline", "current", "change", "noise", "cycles", "verdict", "TFLOP/s", "MFU")
 EXPLAINED = ("SLOWER", "FASTER", "AMBIGUOUS", "CLOCK")
@@ -59,19 +60,13 @@ def headline(comparisons: Sequence[Comparison], fail_on: Sequence[str] = DEFAULT
     return no_failure(comparisons)
 
 
-#: Verdicts of a case both runs measured and the rule decided.
-DECIDED = ("SLOWER", "FASTER", "SAME", "CLOCK")
-#: Verdicts of a case of the baseline that was not compared.
-UNCOMPARED = ("TIMER", "MISSING", "UNSELECTED")
-
-
 def no_failure(comparisons: Sequence[Comparison]) -> str:
     """The headline of a gate that failed on nothing: "not gated" where nothing was compared (no baseline, or
     no case in common); else how many of the baseline's cases were decided, and -- never hidden behind a "no
     regression" -- how many were AMBIGUOUS (not a pass to trust) and not compared."""
-    decided = sum(c.verdict in DECIDED for c in comparisons)
-    ambiguous = sum(c.verdict == "AMBIGUOUS" for c in comparisons)
-    uncompared = [c for c in comparisons if c.verdict in UNCOMPARED]
+    decided = sum(Verdict(c.verdict).decided for c in comparisons)
+    ambiguous = sum(c.verdict == Verdict.AMBIGUOUS for c in comparisons)
+    uncompared = [c for c in comparisons if Verdict(c.verdict).uncompared]
     if not any(c.baseline is not None for c in comparisons):
         return "not gated: no baseline"
     if not decided and not ambiguous:
@@ -98,8 +93,8 @@ def _remedies(gpu: bool) -> str:
 
 
 def legend(gpu: bool) -> str:
-    return ("SLOWER / FASTER: moved by the noise column (3 sigma, both runs) and half the threshold or more; SAME: a"
-            f" change of the threshold is ruled out; AMBIGUOUS: neither -- {_remedies(gpu)}")
+    return (f"SLOWER / FASTER: {Verdict.SLOWER.meaning}; SAME: {Verdict.SAME.meaning}; AMBIGUOUS: neither --"
+            f" {_remedies(gpu)}")
 
 
 def unselected_line(comparisons: Sequence[Comparison]) -> str:

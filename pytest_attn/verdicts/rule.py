@@ -61,13 +61,9 @@ from ..core.percent import parse_percent
 from ..core.stats import OUTLIER_FACTOR, Z95, median, times_off
 from .fleet import FleetNoise, gpu_factor, spread
 from .runs import Bench
+from .verdict import DEFAULT_FAIL_ON, ORDER, Verdict
 
-VERDICTS = ("SLOWER", "TIMER", "MISSING", "CLOCK", "AMBIGUOUS", "FASTER", "SAME", "NEW", "UNSELECTED")
-#: Verdicts ``--attn-fail-on`` may name.
-FAILABLE = ("SLOWER", "TIMER", "CLOCK", "AMBIGUOUS", "FASTER", "MISSING", "UNSELECTED")
-#: What fails a run unless ``--attn-fail-on`` says otherwise: a slowdown, a case that could not be compared, and a
-#: case of the baseline this run selected and did not measure (a back end whose import broke must not pass).
-DEFAULT_FAIL_ON = ("SLOWER", "TIMER", "MISSING")
+VERDICTS = ORDER  # (the vocabulary: .verdict)
 DEFAULT_THRESHOLD = 0.05
 Z = 3.0
 ASSUMED_RUN_NOISE = 0.01  # between-run noise of one GPU run's median when the baseline measured none
@@ -87,16 +83,6 @@ def parse_override(text: str) -> tuple[str, str, float]:
     if not m:
         raise ValueError(f"threshold override {text!r} must look like backend:NAME=10% or group:NAME=3%")
     return m[1], m[2].strip(), parse_fraction(m[3])
-
-
-def parse_fail_on(text: str) -> tuple[str, ...]:
-    """``slower,ambiguous`` -> ("SLOWER", "AMBIGUOUS"); each among :data:`FAILABLE`."""
-    names = tuple(x.strip().upper() for x in text.split(",") if x.strip())
-    bad = [n for n in names if n not in FAILABLE]
-    if not names or bad:
-        raise ValueError(f"{text!r} is not a list of verdicts: give one or more of"
-                         f" {', '.join(n.lower() for n in FAILABLE)} (e.g. slower,missing)")
-    return names
 
 
 @dataclass(frozen=True)
@@ -206,23 +192,23 @@ def side_sigma(bench: Bench, between: float) -> float:
     return math.sqrt(within**2 + spread(bench.repeats_s, bench.repeats_gpu).center_variance(between))
 
 
-def verdict(change: float, sigma: float, threshold: float, least: float = 0.5) -> str:
+def verdict(change: float, sigma: float, threshold: float, least: float = 0.5) -> Verdict:
     """SLOWER, FASTER, SAME or AMBIGUOUS for a relative ``change`` with noise ``sigma`` (see the module);
     ``least``: the smallest change called SLOWER or FASTER, as a fraction of the threshold."""
     limit = max(Z * sigma, threshold * least)
     if change >= limit:
-        return "SLOWER"
+        return Verdict.SLOWER
     if change <= -limit:
-        return "FASTER"
+        return Verdict.FASTER
     if abs(change) < threshold / 2 and abs(change) + Z * sigma < threshold:
-        return "SAME"
-    return "AMBIGUOUS"
+        return Verdict.SAME
+    return Verdict.AMBIGUOUS
 
 
 @dataclass(frozen=True)
 class Comparison:
     name: str
-    verdict: str
+    verdict: Verdict
     baseline: Bench | None
     current: Bench | None
     change: float | None = None  # current / baseline - 1
@@ -266,18 +252,18 @@ def _clock_note(change: float, cycles_change: float, clock: float, moved: str, c
     return f"{head}: {moved} and took the time over that line; the code's own part is the change in cycles"
 
 
-def _consult_cycles(in_time: str, change: float, cycles_change: float, b: Bench, c: Bench, sigma: float,
-                    threshold: float) -> tuple[str, str]:
+def _consult_cycles(in_time: Verdict, change: float, cycles_change: float, b: Bench, c: Bench, sigma: float,
+                    threshold: float) -> tuple[Verdict, str]:
     """The verdict once the clock cycles are consulted (see the module), and the note when they changed
     it ("" when not): CLOCK for a SLOWER (FASTER) that is not one in cycles; AMBIGUOUS for a SAME whose
     clock rose by a step while in cycles it is slower and not SAME."""
     in_cycles = verdict(cycles_change, sigma, threshold)
     clock = c.sm_clock_mhz / b.sm_clock_mhz - 1  # type: ignore[operator]
     moved = f"the SM clock moved {clock:+.1%} ({b.sm_clock_mhz:.0f} -> {c.sm_clock_mhz:.0f} MHz)"
-    if in_time in ("SLOWER", "FASTER") and in_cycles != in_time:
-        return "CLOCK", _clock_note(change, cycles_change, clock, moved, c, sigma, threshold)
-    if in_time == "SAME" and clock >= CLOCK_STEP and cycles_change > 0 and in_cycles != "SAME":
-        return "AMBIGUOUS", (
+    if in_time in (Verdict.SLOWER, Verdict.FASTER) and in_cycles != in_time:
+        return Verdict.CLOCK, _clock_note(change, cycles_change, clock, moved, c, sigma, threshold)
+    if in_time == Verdict.SAME and clock >= CLOCK_STEP and cycles_change > 0 and in_cycles != Verdict.SAME:
+        return Verdict.AMBIGUOUS, (
             f"SAME in time ({change:+.1%}) but {cycles_change:+.1%} in clock cycles (time x SM clock): {moved}, and"
             " a faster clock can hide a slower kernel (one limited by memory, which barely follows the SM clock,"
             " shows more cycles without being slower): rerun, or lock the clocks")
@@ -327,10 +313,10 @@ def _compare_one(name: str, b: Bench, c: Bench, thresholds: Thresholds, noise: N
     threshold = thresholds.for_bench(c)
     differs = unlike(b, c)
     if differs:
-        return Comparison(name, "TIMER", b, c, change, threshold, notes=(differs,))
+        return Comparison(name, Verdict.TIMER, b, c, change, threshold, notes=(differs,))
     odd = odd_pair(b)
     if odd:
-        return Comparison(name, "AMBIGUOUS", b, c, change, threshold, notes=(odd,))
+        return Comparison(name, Verdict.AMBIGUOUS, b, c, change, threshold, notes=(odd,))
     between = noise.between(b, c)
     host = host_noise(b, c)
     tau, factor, source = noise.gpu(b, c, between)
@@ -363,9 +349,9 @@ def compare(base: Mapping[str, Bench], cur: Mapping[str, Bench], thresholds: Thr
     for name in sorted(set(base) | set(cur)):
         b, c = base.get(name), cur.get(name)
         if b is None:
-            out.append(Comparison(name, "NEW", None, c))
+            out.append(Comparison(name, Verdict.NEW, None, c))
         elif c is None:
-            out.append(Comparison(name, "MISSING", b, None))
+            out.append(Comparison(name, Verdict.MISSING, b, None))
         else:
             out.append(_compare_one(name, b, c, thresholds, noise))
     return sorted(out, key=lambda x: (VERDICTS.index(x.verdict), x.name))

@@ -21,8 +21,9 @@ from functools import cache
 
 from ..core.catalog import KINDS, PROFILES, profile_variants
 from .layout import printable
-from .rule import VERDICTS, Comparison
+from .rule import Comparison
 from .runs import Bench
+from .verdict import ORDER, Verdict
 
 
 @dataclass(frozen=True)
@@ -58,21 +59,21 @@ def split_missing(comparisons: Sequence[Comparison],
     once, or that the selection is not known). Failing kinds first, as :func:`~.rule.compare` sorts them."""
     out, missing, unknown = [], 0, 0
     for c in comparisons:
-        if c.verdict != "MISSING":
+        if c.verdict != Verdict.MISSING:
             out.append(c)
         elif selection is not None and c.name in selection.names:
             why = selection.not_measured.get(c.name) or NOT_MEASURED
             out.append(dataclasses.replace(c, notes=(*c.notes, f"not measured: {printable(why)}")))
             missing += 1
         else:
-            out.append(dataclasses.replace(c, verdict="UNSELECTED"))
+            out.append(dataclasses.replace(c, verdict=Verdict.UNSELECTED))
             unknown += selection is None
     notes = [MISSING_ADVICE] if missing else []
     if unknown:
         notes.append(f"this run's selection is not known (shards' JSON does not record what each selected): the"
                      f" {unknown} case(s) of the baseline not in it are UNSELECTED, not failed (add unselected to"
                      " --fail-on to fail on them)")
-    return sorted(out, key=lambda x: (VERDICTS.index(x.verdict), x.name)), notes
+    return sorted(out, key=lambda x: (ORDER.index(x.verdict), x.name)), notes
 
 
 def counted_files(names: Iterable[str]) -> dict[str, int]:
