@@ -408,7 +408,7 @@ def test_benchmark_compare_shows_each_change_in_the_plugins_table_wherever_pytes
         (["--attn-cpu-threads=0"], "*--attn-cpu-threads must be positive, got '0'*"),
         (["--attn-inject-slowdown=fast"], "*--attn-inject-slowdown*'fast' is not a number or a percentage*"),
         (["--attn-fail-on=worse"], "*--attn-fail-on: 'worse' is not a list of verdicts: give one or more of slower,"
-                                   " timer, clock, ambiguous*"),
+                                   " timer, missing, clock, ambiguous*"),
         (["--attn-save-baseline", "--attn-add-to-baseline"],
          "*--attn-save-baseline and --attn-add-to-baseline: give one*"),
         (["--attn-cpu-threads=many"], "*--attn-cpu-threads must be a whole number, got 'many'*"),
