@@ -17,8 +17,8 @@ and has to say), :mod:`.detect` (is this an attention run),
 before the first case), :mod:`.figures` (figures that need the
 session), :mod:`.progress`, :mod:`.summary`, :mod:`.fuzz`, :mod:`.gate`, :mod:`.ab` (the paired A/B),
 :mod:`.history`, :mod:`.recovery` (each case kept as it ends; a run that died recovered), :mod:`.signals`,
-:mod:`.workers` (pytest-xdist workers and shards), :mod:`.handover` (both ends of the workers' channel, every key on
-it), :mod:`.hookspecs`,
+:mod:`.workers` (pytest-xdist workers and shards), :mod:`.scheduling` (the order problems go to the workers),
+:mod:`.handover` (both ends of the workers' channel, every key on it), :mod:`.hookspecs`,
 :mod:`.finish` (the session's end, in order).
 """
 
@@ -32,6 +32,7 @@ pytest_plugins = [
     "pytest_attn.plugin.command_line",
     "pytest_attn.plugin.signals",
     "pytest_attn.plugin.handover",
+    "pytest_attn.plugin.scheduling",
     "pytest_attn.plugin.workers",
     "pytest_attn.plugin.gate",
     "pytest_attn.plugin.ab",

@@ -25,6 +25,7 @@ from .session import (
     terminal_width,
     timing_disabled,
 )
+from .workers import busy_lines
 
 NOTHING_MEASURED = pytest.StashKey[str]()
 
@@ -148,7 +149,7 @@ def summary_section(terminalreporter: Any, config: pytest.Config) -> None:
     measured = sum(r.timing.elapsed_s + (r.sustained.phase_s if r.sustained else 0.0) for r in session.results.records)
     wall = session.wall.line(measured)
     lines[1:1] = [*session.ceilings.lines(), *session.compiled.lines(), *time_lines(session.results.records),
-                  *([wall] if wall else [])]
+                  *([wall] if wall else []), *busy_lines(config)]
     lines.extend(f"note: {n}" for n in session.results.notes)
     for line in wrap(lines, width):
         terminalreporter.write_line(line)

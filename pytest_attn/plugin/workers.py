@@ -2,14 +2,16 @@
 
 * ``-n N`` / ``-n auto`` (pytest-xdist) in an attention run: worker ``gwI`` is pinned to the ``I``-th GPU
   this run may use -- the UUIDs NVML lists in the order of an outer ``CUDA_VISIBLE_DEVICES`` -- by
-  setting ``CUDA_VISIBLE_DEVICES`` to that UUID before anything in the worker touches CUDA. ``-n auto``
-  means one worker per visible GPU; more workers than GPUs stop the run at start-up. The back ends of one
-  problem share an ``xdist_group`` (``--dist=loadgroup``), so "vs best" compares results of one GPU.
-  Without a GPU, ``-n N`` runs the CPU profile in N processes.
+  setting ``CUDA_VISIBLE_DEVICES`` to that UUID before anything in the worker touches CUDA (a replacement for a
+  worker that died takes its GPU: :class:`Seats`). ``-n auto`` means one worker per visible GPU; more workers
+  than GPUs stop the run at start-up. The back ends of one problem share an ``xdist_group``
+  (``--dist=loadgroup``), so "vs best" compares results of one GPU; :mod:`.scheduling` hands the problems out,
+  longest first. Without a GPU, ``-n N`` runs the CPU profile in N processes.
 * Each worker measures as one process would and hands every result record to the controller in its test
   report (``user_properties``), with its session lines (ceilings, compile phase) at the end; the
   controller's session then holds the records of all workers, and the summary, pytest-benchmark's JSON,
-  reports, plots and gate come from them as in a single-process run.
+  reports, plots and gate come from them as in a single-process run. The summary says how busy each worker was
+  (:func:`busy_lines`); a run that xdist ended with tests never run says so (:func:`cut_short`).
 * ``--attn-shard=I/N`` keeps the I-th of N deterministic shares of the problems (whole problems: their
   back ends stay together), for runners that each run one; ``pytest-attn merge`` combines their JSON.
 """
@@ -19,15 +21,33 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
+import tempfile
+import time
 from collections.abc import Mapping, MutableMapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ..core import schedule
+from ..core.flops import work
+from ..core.schedule import Busy, Facts
 from ..engine.nvml import visible_devices
-from .handover import GPUS, SESSION_LINES, Collector, send_at_end
+from ..engine.probe import process_age_s
+from .handover import GPUS, PLAN_DIR, SEAT, SESSION_LINES, Collector, send_at_end, send_plan, worker_id
 from .options import given
-from .session import ATTN_SESSION, PINNED, SHARD, attn_session, case_of_item, options_of, prepare_attention_run
+from .scheduling import PLAN_FOLDER
+from .session import (
+    ATTN_SESSION,
+    PINNED,
+    SHARD,
+    VISIBLE_GPUS,
+    attn_session,
+    case_of_item,
+    options_of,
+    prepare_attention_run,
+)
 
 
 def is_worker(config: pytest.Config) -> bool:
@@ -42,17 +62,44 @@ def workers_requested(config: pytest.Config) -> int:
 
 
 def pin(workerinput: Mapping[str, Any], env: MutableMapping[str, str]) -> tuple[int, str] | None:
-    """Point this worker at its GPU: ``CUDA_VISIBLE_DEVICES`` = the UUID its number picks. Pure but for
-    ``env``; returns (position, UUID), or None where the controller sent no GPUs."""
+    """Point this worker at its GPU: ``CUDA_VISIBLE_DEVICES`` = the UUID of its seat (:class:`Seats`). Pure but
+    for ``env``; returns (position, UUID), or None where the controller sent no GPUs."""
     gpus = workerinput.get(GPUS) or []
-    match = re.fullmatch(r"gw(\d+)", str(workerinput.get("workerid", "")))
-    if not gpus or match is None:
+    if not gpus:
         return None
-    index = int(match[1])
-    if index >= len(gpus):
-        raise pytest.UsageError(f"worker {workerinput['workerid']} has no GPU: {len(gpus)} GPU(s) for the run")
+    index = workerinput.get(SEAT)
+    if not isinstance(index, int) or not 0 <= index < len(gpus):
+        raise pytest.UsageError(f"worker {workerinput.get('workerid')} has no GPU: {len(gpus)} GPU(s) for the run,"
+                                " each held by another worker")
     env["CUDA_VISIBLE_DEVICES"] = gpus[index]
     return index, gpus[index]
+
+
+class Seats:
+    """The controller's record of which GPU each worker holds: ``gwI`` the I-th, and a worker that replaces one
+    that died (xdist names it anew: ``gw2`` of two) the GPU the dead one freed."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.held: dict[str, int] = {}
+        self.taken: dict[str, int] = {}  # every worker's, the dead ones' too (their failures name it)
+
+    def take(self, worker: str) -> int | None:
+        """The GPU place ``worker`` takes, or None where every one is held."""
+        match = re.fullmatch(r"gw(\d+)", worker)
+        free = [i for i in range(self.count) if i not in self.held.values()]
+        wanted = int(match[1]) if match else -1
+        seat = wanted if wanted in free else (free[0] if free else None)
+        if seat is not None:
+            self.held[worker] = self.taken[worker] = seat
+        return seat
+
+    def free(self, worker: str) -> None:
+        self.held.pop(worker, None)
+
+    def of(self, worker: str) -> int | None:
+        """The place ``worker`` took (and still names after it died)."""
+        return self.taken.get(worker)
 
 
 def _is_attention_suite(config: pytest.Config) -> bool:
@@ -119,16 +166,70 @@ def configure_controller(config: pytest.Config) -> None:
     if config.getoption("dist", "no") == "load":  # xdist's default for -n: keep each problem on one GPU
         config.option.dist = "loadgroup"
     config.stash[CONTROLLER_GPUS] = gpus
-    config.pluginmanager.register(Collector(config), "pytest-attn-collector")
+    config.stash[SEATS] = Seats(len(gpus))
+    config.stash[STARTED] = time.time() - (process_age_s() or 0.0)
+    config.stash[PLAN_FOLDER] = Path(tempfile.mkdtemp(prefix="pytest-attn-plan-"))
+    config.pluginmanager.register(Collector(config, lambda w: _where(config, w, " ")), COLLECTOR)
 
 
 CONTROLLER_GPUS = pytest.StashKey[list[str]]()
+SEATS = pytest.StashKey[Seats]()
+STARTED = pytest.StashKey[float]()  # the controller's process start (time.time()): the busy lines count from it
+COLLECTOR = "pytest-attn-collector"
+
+
+def _where(config: pytest.Config, worker: str, lead: str = "") -> str:
+    """"GPU 1 (NVIDIA H200, GPU-...)" for a worker pinned to one; "" without GPUs."""
+    gpus = config.stash.get(CONTROLLER_GPUS, [])
+    seat = config.stash[SEATS].of(worker) if SEATS in config.stash else None
+    if seat is None or seat >= len(gpus):
+        return ""
+    names = {g.uuid: g.name for g in config.stash.get(VISIBLE_GPUS, [])}
+    return f"{lead}on GPU {seat} ({names.get(gpus[seat], '?')}, {gpus[seat]})"
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
-    """Each worker's input: the GPUs of the run, in order (empty on a machine without one)."""
-    node.workerinput[GPUS] = node.config.stash.get(CONTROLLER_GPUS, [])
+    """Each worker's input: the GPUs of the run, in order (empty on a machine without one), the place of the one
+    it takes, and the folder for its plan."""
+    config = node.config
+    node.workerinput[GPUS] = config.stash.get(CONTROLLER_GPUS, [])
+    if SEATS in config.stash:
+        node.workerinput[SEAT] = config.stash[SEATS].take(node.workerinput["workerid"])
+    if PLAN_FOLDER in config.stash:
+        node.workerinput[PLAN_DIR] = str(config.stash[PLAN_FOLDER])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """A worker that died frees its GPU for its replacement."""
+    if error and SEATS in node.config.stash:
+        node.config.stash[SEATS].free(worker_id(node))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder = config.stash.get(PLAN_FOLDER, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A worker, before it tells the controller what it collected (and before it builds kernels): each test's
+    problem, work and back end, for the controller's plan (:mod:`.scheduling`)."""
+    config = session.config
+    if not is_worker(config) or not config.workerinput.get(PLAN_DIR):  # type: ignore[attr-defined]
+        return
+    facts = {}
+    for item in session.items:
+        case = case_of_item(item)
+        if case is None:
+            facts[item.nodeid] = Facts(item.nodeid, item.nodeid)
+        else:
+            w = work(case)
+            facts[item.nodeid] = Facts(record_name(item.nodeid, config), case.group, case.backend, w.flops,
+                                       w.min_bytes)
+    send_plan(config, facts)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -191,3 +292,41 @@ def hand_over_lines(session: pytest.Session) -> None:
         "shard": config.stash.get(SHARD, None)})
 
 
+
+
+def _collector(config: pytest.Config) -> Collector | None:
+    plugin = config.pluginmanager.get_plugin(COLLECTOR)
+    return plugin if isinstance(plugin, Collector) else None
+
+
+def busy_lines(config: pytest.Config) -> list[str]:
+    """The controller of workers: how busy each worker (GPU) was, and when, for the summary."""
+    collector = _collector(config)
+    if collector is None or not collector.tracks.workers:
+        return []
+    start = config.stash.get(STARTED, 0.0)
+
+    def since(t: float | None) -> float | None:
+        return None if t is None else t - start
+
+    busy = [Busy(w, _where(config, w).removeprefix("on "), t.cases, t.cases_s, since(t.first), since(t.last),
+                 since(t.ready), t.died) for w, t in sorted(collector.tracks.workers.items())]
+    short = cut_short(config)
+    return schedule.busy_lines(busy) + ([f"workers: {short}"] if short else [])
+
+
+def cut_short(config: pytest.Config) -> str | None:
+    """The controller of workers: why the run ended with tests never run -- a worker died and pytest-xdist did not
+    replace it (``--max-worker-restart``), or it stopped the run -- or None where every collected test ran.
+    For :mod:`.history`, which marks what the run saves as partial."""
+    collector = _collector(config)
+    if collector is None or not collector.tracks.collected:
+        return None
+    never = collector.tracks.never_ran()
+    if not never:
+        return None
+    total = len(collector.tracks.collected)
+    died = "; ".join(collector.tracks.deaths)
+    why = (f"{died}, and pytest-xdist ended the run (--max-worker-restart)" if died
+           else "pytest-xdist ended the run early")
+    return f"{why}: {len(never)} of {total} tests never ran"
