@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -31,19 +32,24 @@ from typing import Any
 import pytest
 
 from ..core import schedule
+from ..core.files import write_atomic
 from ..core.flops import work
 from ..core.schedule import Busy, Facts
 from ..engine.nvml import visible_devices
 from ..engine.probe import process_age_s
+from ..verdicts.merge import NOTHING
+from .benchjson import run_json
 from .handover import GPUS, PLAN_DIR, SEAT, SESSION_LINES, Collector, send_at_end, send_plan, worker_id
 from .options import given
 from .scheduling import PLAN_FOLDER
 from .session import (
     ATTN_SESSION,
+    PARTIAL,
     PINNED,
     SHARD,
     VISIBLE_GPUS,
     attn_session,
+    benchmark_json_path,
     case_of_item,
     options_of,
     prepare_attention_run,
@@ -260,6 +266,33 @@ def shard_mark(index: int, count: int, groups: Sequence[str]) -> dict[str, Any]:
     foreign shard. Pure."""
     digest = hashlib.sha256("\n".join(groups).encode()).hexdigest()[:12]
     return {"index": index, "count": count, "problems": len(groups), "selection": digest}
+
+
+def write_empty_shard(session: pytest.Session) -> None:
+    """A shard asked for ``--benchmark-json`` that measured nothing (every case skipped, or failed): pytest-benchmark
+    writes no file without a benchmark, and the merge would find the shard missing with no word of why. Write one
+    with an empty ``benchmarks`` list, its ``attn_shard`` mark, and what became of its cases (the merge says it).
+    In :mod:`.finish`, before pytest-benchmark saves."""
+    config = session.config
+    attn = config.stash.get(ATTN_SESSION, None)
+    shard, path = config.stash.get(SHARD, None), benchmark_json_path(config)
+    if is_worker(config) or attn is None or shard is None or path is None or attn.results.records:
+        return
+    if config.getoption("benchmark_disable", False) or config.option.collectonly:
+        return
+    collector = _collector(config)
+    selected = len(collector.tracks.collected) if collector is not None else \
+        sum(1 for item in session.items if case_of_item(item) is not None)
+    counted: dict[str, int] = {}
+    for reason in attn.results.skips:
+        counted[reason] = counted.get(reason, 0) + 1
+    run = run_json([], config)
+    run["attn_shard"] = shard
+    if PARTIAL in config.stash:
+        run["attn_partial"] = config.stash[PARTIAL]
+    run[NOTHING] = {"selected": selected, "skipped": len(attn.results.skips), "failed": session.testsfailed,
+                    "reasons": sorted(counted.items(), key=lambda kv: -kv[1])}
+    write_atomic(path, json.dumps(run, indent=2, sort_keys=True))
 
 
 def record_name(nodeid: str, config: pytest.Config) -> str:
