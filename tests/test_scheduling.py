@@ -13,7 +13,8 @@ import pytest
 from pytest_attn.core.schedule import Facts, Unit
 from pytest_attn.plugin.handover import GPUS, SEAT, read_plan
 from pytest_attn.plugin.scheduling import CostScheduling, elapsed_by_name, problem_of, saved_times
-from pytest_attn.plugin.workers import Seats, pin
+from pytest_attn.plugin.session import PINNED
+from pytest_attn.plugin.workers import Seats, first_call_share, pin
 
 
 class Node:
@@ -148,6 +149,16 @@ def test_a_replacement_takes_the_gpu_of_the_worker_that_died():
     assert env["CUDA_VISIBLE_DEVICES"] == "GPU-b"
     with pytest.raises(pytest.UsageError, match="worker gw3 has no GPU: 2 GPU"):
         pin({"workerid": "gw3", GPUS: ["GPU-a", "GPU-b"], SEAT: None}, {})
+
+
+def test_a_worker_on_one_of_several_gpus_makes_its_share_of_the_first_calls():
+    def worker(pinned, gpus):
+        return types.SimpleNamespace(stash={PINNED: pinned} if pinned else {}, workerinput={GPUS: gpus})
+
+    assert first_call_share(worker((1, "GPU-b"), ["GPU-a", "GPU-b"])) == (1, 2)
+    assert first_call_share(worker((0, "GPU-a"), ["GPU-a"])) is None  # alone on the host's one GPU: all of them
+    assert first_call_share(worker(None, [])) is None  # a CPU worker compiles nothing
+    assert first_call_share(types.SimpleNamespace(stash={})) is None  # one process
 
 
 def test_the_plan_reads_what_a_worker_collected_and_the_times_of_saved_runs(tmp_path):

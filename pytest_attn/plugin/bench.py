@@ -57,6 +57,7 @@ from .summary import nothing_measured
 from .workers import (
     _is_attention_suite,
     configure_controller,
+    first_call_share,
     is_worker,
     record_name,
     workers_requested,
@@ -168,7 +169,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     device = attn.device
     runnable = [(c, b) for c, b in pairs if refusal(b, c, device) is None]
-    attn.compiled = compile_phase(runnable, device, terminal_say(session.config))
+    attn.compiled = compile_phase(runnable, device, terminal_say(session.config), first_call_share(session.config))
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -108,6 +108,14 @@ class Seats:
         return self.taken.get(worker)
 
 
+def first_call_share(config: pytest.Config) -> tuple[int, int] | None:
+    """A worker pinned to one of the run's GPUs: (its place, how many) -- its share of the compile phase's first
+    calls (:func:`~pytest_attn.engine.compile.compile_phase`); None elsewhere (one process makes them all)."""
+    pinned = config.stash.get(PINNED, None)
+    gpus = config.workerinput.get(GPUS) if is_worker(config) else None  # type: ignore[attr-defined]
+    return (pinned[0], len(gpus)) if pinned is not None and gpus and len(gpus) > 1 else None
+
+
 def _is_attention_suite(config: pytest.Config) -> bool:
     """Before configure: an ``--attn-*`` option, or a loaded conftest that prepares an attention run."""
     if given(config):
