@@ -145,6 +145,7 @@ class Busy:
     last_s: float | None  # its last test's end
     ready_s: float | None = None  # when it had collected (and built what its cases need): ready for work
     died: str = ""  # how it ended early ("died while running ...")
+    started_s: float | None = None  # its process's start
 
 
 def busy_lines(workers: Sequence[Busy], seconds: Callable[[float], str] = lambda s: f"{s:.1f} s") -> list[str]:
@@ -152,7 +153,8 @@ def busy_lines(workers: Sequence[Busy], seconds: Callable[[float], str] = lambda
     lines = []
     for w in workers:
         where = f" on {w.where}" if w.where else ""
-        ready = f"ready at {seconds(w.ready_s)}; " if w.ready_s is not None else ""
+        started = f"started at {seconds(w.started_s)}, " if w.started_s is not None and w.ready_s is not None else ""
+        ready = f"{started}ready at {seconds(w.ready_s)}; " if w.ready_s is not None else ""
         if w.first_s is None or w.last_s is None:
             span = "ran nothing"
         else:

@@ -85,6 +85,7 @@ class Track:
     last: float | None = None
     ready: float | None = None
     died: str = ""
+    started: float | None = None  # its process's start (it says at its end)
 
 
 @dataclass
@@ -111,6 +112,8 @@ def worker_id(node: Any) -> str:
 class Collector:
     """On the controller: each worker report's items into this session (records, skips, A/B outcomes), and each
     worker's share of the run (:attr:`tracks`)."""
+
+    NAME = "pytest-attn-collector"
 
     def __init__(self, config: pytest.Config, crash_note: Any = None) -> None:
         self.config = config
@@ -174,6 +177,9 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
         attn.results.notes.extend(f"{lines['where']}: {line}" for line in lines["lines"] + lines["notes"])
         if lines.get("shard"):  # the workers collected (and sharded); the controller writes the JSON
             config.stash[SHARD] = lines["shard"]
+        collector = config.pluginmanager.get_plugin(Collector.NAME)
+        if isinstance(collector, Collector) and lines.get("started"):
+            collector.tracks.of(worker_id(node)).started = lines["started"]
     reach = output.get(FUZZ_REACH_OUTPUT)
     if reach:
         from ..fuzz.fuzzer import Reach  # (Hypothesis: only where a fuzz suite ran)

@@ -183,13 +183,12 @@ def configure_controller(config: pytest.Config) -> None:
     config.stash[SEATS] = Seats(len(gpus))
     config.stash[STARTED] = time.time() - (process_age_s() or 0.0)
     config.stash[PLAN_FOLDER] = Path(tempfile.mkdtemp(prefix="pytest-attn-plan-"))
-    config.pluginmanager.register(Collector(config, lambda w: _where(config, w, " ")), COLLECTOR)
+    config.pluginmanager.register(Collector(config, lambda w: _where(config, w, " ")), Collector.NAME)
 
 
 CONTROLLER_GPUS = pytest.StashKey[list[str]]()
 SEATS = pytest.StashKey[Seats]()
 STARTED = pytest.StashKey[float]()  # the controller's process start (time.time()): the busy lines count from it
-COLLECTOR = "pytest-attn-collector"
 
 
 def _where(config: pytest.Config, worker: str, lead: str = "") -> str:
@@ -330,13 +329,11 @@ def hand_over_lines(session: pytest.Session) -> None:
         where += f" on GPU {pinned[0]} ({device.name if device else '?'}, {pinned[1]})"
     send_at_end(config, SESSION_LINES, {
         "where": where, "lines": [*attn.ceilings.lines(), *attn.compiled.lines()], "notes": list(attn.results.notes),
-        "shard": config.stash.get(SHARD, None)})
-
-
+        "shard": config.stash.get(SHARD, None), "started": time.time() - (process_age_s() or 0.0)})
 
 
 def _collector(config: pytest.Config) -> Collector | None:
-    plugin = config.pluginmanager.get_plugin(COLLECTOR)
+    plugin = config.pluginmanager.get_plugin(Collector.NAME)
     return plugin if isinstance(plugin, Collector) else None
 
 
@@ -351,7 +348,7 @@ def busy_lines(config: pytest.Config) -> list[str]:
         return None if t is None else t - start
 
     busy = [Busy(w, _where(config, w).removeprefix("on "), t.cases, t.cases_s, since(t.first), since(t.last),
-                 since(t.ready), t.died) for w, t in sorted(collector.tracks.workers.items())]
+                 since(t.ready), t.died, since(t.started)) for w, t in sorted(collector.tracks.workers.items())]
     short = cut_short(config)
     return schedule.busy_lines(busy) + ([f"workers: {short}"] if short else [])
 
