@@ -4,9 +4,9 @@
   this run may use -- the UUIDs NVML lists in the order of an outer ``CUDA_VISIBLE_DEVICES`` -- by
   setting ``CUDA_VISIBLE_DEVICES`` to that UUID before anything in the worker touches CUDA (a replacement for a
   worker that died takes its GPU: :class:`Seats`). ``-n auto`` means one worker per visible GPU; more workers
-  than GPUs stop the run at start-up. The back ends of one problem share an ``xdist_group``
-  (``--dist=loadgroup``), so "vs best" compares results of one GPU; :mod:`.scheduling` hands the problems out,
-  longest first. Without a GPU, ``-n N`` runs the CPU profile in N processes.
+  than GPUs stop the run at start-up. :mod:`.scheduling` hands the problems out whole (a problem's back ends on
+  one GPU, so "vs best" compares results of one GPU), longest first, from what each worker wrote of its
+  collection (:func:`pytest_collection_finish`). Without a GPU, ``-n N`` runs the CPU profile in N processes.
 * Each worker measures as one process would and hands every result record to the controller in its test
   report (``user_properties``), with its session lines (ceilings, compile phase) at the end; the
   controller's session then holds the records of all workers, and the summary, pytest-benchmark's JSON,
@@ -247,7 +247,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A problem's back ends in one xdist group (before xdist reads the groups), and ``--attn-shard``."""
+    """A problem's back ends in one xdist group where the worker was given ``--dist=loadgroup`` itself (a worker
+    re-reads the command line: with plain ``-n`` its ``--dist`` is ``load``, and :mod:`.scheduling` keeps the
+    problems whole from the worker's plan instead), and ``--attn-shard``."""
     cases = [(item, case_of_item(item)) for item in items]
     if is_worker(config) and config.getvalue("loadgroup"):
         for item, case in cases:
