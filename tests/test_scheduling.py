@@ -178,3 +178,16 @@ def test_the_plan_reads_what_a_worker_collected_and_the_times_of_saved_runs(tmp_
     (machine / "0001_old.json").write_text(json.dumps(run))
     config = types.SimpleNamespace(getoption=lambda name, default=None: f"file://{tmp_path / 'storage'}")
     assert saved_times(config) == {"t.py::t[fa]": r.timing.elapsed_s}
+
+
+def test_an_unrelated_projects_workers_are_left_to_xdist(pytester):
+    """The plugin's own package holds prepare_attention_run: it was taken for a conftest that prepares an
+    attention run, so every project's -n got pytest-attn's scheduler (and NVML imported at start-up)."""
+    from pytest_attn.plugin import workers
+    from pytest_attn.plugin.scheduling import pytest_xdist_make_scheduler
+
+    plain = pytester.parseconfig("-p", "no:cacheprovider")
+    assert not workers._is_attention_suite(plain)
+    assert pytest_xdist_make_scheduler(plain, None) is None
+    pytester.makeconftest("from pytest_attn.plugin import prepare_attention_run\n")
+    assert workers._is_attention_suite(pytester.parseconfig("-p", "no:cacheprovider"))

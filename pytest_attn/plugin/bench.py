@@ -85,7 +85,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # plugin registers back ends (elsewhere nothing names one, and the registry is not built)
     if config.stash.get(ATTENTION_RUN, False) or config.hook.pytest_attn_register_backends.get_hookimpls():
         _ = session.backends
-    if not is_worker(config) and _is_attention_suite(config):
+    if not is_worker(config) and (config.stash.get(ATTENTION_RUN, False) or _is_attention_suite(config)):
         configure_controller(config)
     _refuse_sustained(config)
     _lock_clocks(config, session)

@@ -117,10 +117,13 @@ def first_call_share(config: pytest.Config) -> tuple[int, int] | None:
 
 
 def _is_attention_suite(config: pytest.Config) -> bool:
-    """Before configure: an ``--attn-*`` option, or a loaded conftest that prepares an attention run."""
+    """Before configure: an ``--attn-*`` option, or a loaded conftest that prepares an attention run (not this
+    plugin's own package, which holds the function in every session: an unrelated project's ``-n`` was taken for
+    an attention run's, its workers counted by GPUs and its tests handed out by pytest-attn)."""
     if given(config):
         return True
     return any(getattr(p, "prepare_attention_run", None) is prepare_attention_run
+               and not str(getattr(p, "__name__", "")).startswith("pytest_attn.")
                for p in config.pluginmanager.get_plugins())
 
 
