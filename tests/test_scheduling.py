@@ -68,14 +68,31 @@ def test_the_run_starts_with_the_first_worker_and_the_longest_problem_goes_first
     sched.add_node_collection(gw1, COLLECTION)
     sched.schedule()
     assert named(gw1) == ["t.py::t[a-mid]", "t.py::t[a-small]", "t.py::t[b-small]"]  # a one-test problem: one more
-    assert gw1.shutting_down and not gw0.shutting_down  # nothing left for gw1: told to finish what it has
+    assert gw1.shutting_down and gw0.shutting_down  # nothing left: each told to finish what it has
     assert not sched.tests_finished  # gw0 has two to run, gw1 three
     for i in list(gw1.sent):
         sched.mark_test_complete(gw1, i)
     for i in list(gw0.sent)[:1]:
         sched.mark_test_complete(gw0, i)
-    assert gw0.shutting_down  # it asked, and nothing was left
     assert sched.tests_finished and sched.has_pending  # gw0 runs its last test as it shuts down
+
+
+def test_a_worker_leaves_a_problem_for_each_worker_still_starting():
+    """Problems of one test each: the first worker ready holds its one (xdist's worker runs a test once it knows
+    the next) rather than take the second, which the other worker gets once it has collected."""
+    sched, _ = scheduler()
+    sched.planner = lambda collection, worker, workers: [Unit("x", ("t.py::t[a-mid]",), 2.0),
+                                                         Unit("y", ("t.py::t[a-small]",), 1.0)]
+    gw0, gw1 = Node("gw0"), Node("gw1")
+    for node in (gw0, gw1):
+        sched.add_node(node)
+    sched.add_node_collection(gw0, COLLECTION)
+    sched.schedule()
+    assert named(gw0) == ["t.py::t[a-mid]"] and not gw0.shutting_down
+    sched.add_node_collection(gw1, COLLECTION)
+    sched.schedule()
+    assert named(gw1) == ["t.py::t[a-small]"] and named(gw0) == ["t.py::t[a-mid]"]
+    assert gw0.shutting_down and gw1.shutting_down  # each runs its one as it finishes
 
 
 def test_a_worker_that_asks_first_takes_the_next_problem():
@@ -149,6 +166,7 @@ def test_a_replacement_takes_the_gpu_of_the_worker_that_died():
     assert env["CUDA_VISIBLE_DEVICES"] == "GPU-b"
     with pytest.raises(pytest.UsageError, match="worker gw3 has no GPU: 2 GPU"):
         pin({"workerid": "gw3", GPUS: ["GPU-a", "GPU-b"], SEAT: None}, {})
+    assert pin({"workerid": "gw1", GPUS: ["GPU-a", "GPU-b"]}, {}) == (1, "GPU-b")  # GPUs given without a seat
 
 
 def test_a_worker_on_one_of_several_gpus_makes_its_share_of_the_first_calls():

@@ -6,7 +6,8 @@ first (the plan is :mod:`pytest_attn.core.schedule`'s; this is its wiring to xdi
 * Work goes out a problem at a time: a worker gets its next problem when it has one test left (xdist's worker
   holds its last test until it knows the next), so one that finishes early takes more.
 * The run starts when the first worker has collected (and built what its cases need): a worker still importing
-  or compiling joins when it is ready instead of holding the others back.
+  or compiling joins when it is ready instead of holding the others back. While some have not, a worker takes a
+  second problem only where the queue holds more than one for each of them.
 * A worker that dies: xdist fails the test it was running; the rest of its problem goes, whole, to the next worker
   that asks (its replacement, if every other is done).
 
@@ -119,6 +120,7 @@ class CostScheduling:
         self.index: dict[str, int] = {}
         self.pending: dict[WorkerController, list[int]] = {}  # sent, not yet complete, in the order sent
         self.collected: set[WorkerController] = set()
+        self.ever: set[str] = set()  # every worker that collected, by id: the ones still to come are the others
         self.queue: list[Unit] | None = None  # planned when the first worker collected
 
     @property
@@ -157,6 +159,7 @@ class CostScheduling:
             node.shutdown()
             return
         self.collected.add(node)
+        self.ever.add(node.gateway.id)
 
     def schedule(self) -> None:
         if self.collection is None:
@@ -164,7 +167,7 @@ class CostScheduling:
         if self.queue is None:
             first = next(iter(self.collected)).gateway.id
             self.queue = self.planner(self.collection, first, self.workers)
-        for node in self.nodes:
+        for node in [n for n in self.nodes if not self.pending[n]] + self.nodes:  # one each first, then more
             self._fill(node)
 
     def mark_test_complete(self, node: WorkerController, item_index: int, duration: float = 0) -> None:
@@ -197,12 +200,13 @@ class CostScheduling:
         return self.collection[left[0]]
 
     def _fill(self, node: WorkerController) -> None:
-        """Keep ``node`` two tests ahead (xdist's worker holds its last test until it knows the next); with the
-        queue empty, tell it to finish."""
+        """Keep ``node`` two tests ahead (xdist's worker holds its last test until it knows the next), but leave a
+        problem for each worker still starting; with the queue empty, tell it to finish."""
         if node.shutting_down or node not in self.collected or self.queue is None:
             return
         sent = self.pending[node]
-        while len(sent) < 2 and self.queue:
+        starting = max(0, self.workers - len(self.ever))
+        while self.queue and (not sent or (len(sent) < 2 and len(self.queue) > starting)):
             unit = self.queue.pop(0)
             indices = [self.index[t] for t in unit.tests]
             sent.extend(indices)

@@ -73,7 +73,8 @@ def pin(workerinput: Mapping[str, Any], env: MutableMapping[str, str]) -> tuple[
     gpus = workerinput.get(GPUS) or []
     if not gpus:
         return None
-    index = workerinput.get(SEAT)
+    number = re.fullmatch(r"gw(\d+)", str(workerinput.get("workerid", "")))
+    index = workerinput[SEAT] if SEAT in workerinput else (int(number[1]) if number else None)  # (no seat: gwI's)
     if not isinstance(index, int) or not 0 <= index < len(gpus):
         raise pytest.UsageError(f"worker {workerinput.get('workerid')} has no GPU: {len(gpus)} GPU(s) for the run,"
                                 " each held by another worker")
@@ -210,7 +211,7 @@ def pytest_configure_node(node: Any) -> None:
     it takes, and the folder for its plan."""
     config = node.config
     node.workerinput[GPUS] = config.stash.get(CONTROLLER_GPUS, [])
-    if SEATS in config.stash:
+    if SEATS in config.stash and config.stash[SEATS].count:
         node.workerinput[SEAT] = config.stash[SEATS].take(node.workerinput["workerid"])
     if PLAN_FOLDER in config.stash:
         node.workerinput[PLAN_DIR] = str(config.stash[PLAN_FOLDER])
