@@ -97,6 +97,7 @@ class Tracks:
     collected: list[str] = field(default_factory=list)
     reported: set[str] = field(default_factory=set)
     deaths: list[str] = field(default_factory=list)
+    cases_collected: int | None = None  # attention cases among ``collected`` (the plan's facts say which)
 
     def of(self, worker: str) -> Track:
         return self.workers.setdefault(worker, Track())

@@ -27,7 +27,7 @@ from ..core.schedule import CPU_RATES, GPU_RATES, Facts, Unit, expected_cost, pl
 from ..verdicts.baseline import BaselineError, baseline_path, load_baseline
 from ..verdicts.fingerprint import gpu_key
 from ..verdicts.runs import benches
-from .handover import read_plan
+from .handover import Collector, read_plan
 from .session import ATTN_SESSION, VISIBLE_GPUS, terminal_say
 
 if TYPE_CHECKING:
@@ -88,6 +88,9 @@ def make_plan(config: pytest.Config) -> Callable[[Sequence[str], str, int], list
     def planned(collection: Sequence[str], worker: str, workers: int) -> list[Unit]:
         folder = config.stash.get(PLAN_FOLDER, None)
         facts = (read_plan(folder, worker) if folder is not None else None) or {}
+        collector = config.pluginmanager.get_plugin(Collector.NAME)
+        if isinstance(collector, Collector) and facts:
+            collector.tracks.cases_collected = sum(1 for n in collection if n in facts and facts[n].backend)
         baseline, where = baseline_times(config)
         saved = saved_times(config)
         rates = GPU_RATES if config.stash.get(VISIBLE_GPUS, []) else CPU_RATES

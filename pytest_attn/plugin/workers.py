@@ -359,6 +359,12 @@ def busy_lines(config: pytest.Config) -> list[str]:
     return schedule.busy_lines(busy) + ([f"workers: {short}"] if short else [])
 
 
+def cases_selected(config: pytest.Config) -> int | None:
+    """The controller of workers: how many attention cases they collected (from the plan), or None unknown."""
+    collector = _collector(config)
+    return collector.tracks.cases_collected if collector is not None else None
+
+
 def cut_short(config: pytest.Config) -> str | None:
     """The controller of workers: why the run ended with tests never run -- a worker died and pytest-xdist did not
     replace it (``--max-worker-restart``), or it stopped the run -- or None where every collected test ran.
