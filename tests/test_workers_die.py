@@ -1,6 +1,7 @@
 """A pytest-xdist worker that dies mid-run (SIGKILL, as the out-of-memory killer sends): the run never hangs, the
 case it was running fails naming the worker, the rest of its problem runs elsewhere, and a run that xdist ends
-early says how many tests never ran (pytest_attn.plugin.workers.cut_short). Real worker processes, on a CPU."""
+early says how many tests never ran (the history's tally, named in the summary by
+pytest_attn.plugin.workers.cut_short). Real worker processes, on a CPU."""
 
 from __future__ import annotations
 
@@ -83,8 +84,9 @@ def test_a_run_xdist_ends_early_says_how_many_tests_never_ran(pytester):
     outcomes = result.parseoutcomes()
     never = 8 - outcomes.get("passed", 0) - outcomes.get("failed", 0)
     assert never > 0, text  # the longest problems went out first: the dead worker's rest, at least, never ran
-    short = (f"worker {dead} died while running {KILLED}, and pytest-xdist ended the run (--max-worker-restart):"
-             f" {never} of 8 tests never ran")
-    assert f"workers: {short}" in text
+    short = f"cut short (worker {dead} crashed and was not replaced; {never} of 8 tests never ran)"
+    assert f"workers: {short}" in text and f"died while running {KILLED}" in text
     if outcomes.get("passed", 0) == 0:  # the dead worker was the first ready: nothing measured, and it says why
         assert f"measured nothing: {short}" in text
+    else:  # what it measured is saved marked partial (plugin.history)
+        assert json.loads((pytester.path / "run.json").read_text())["attn_partial"]["reason"] == short

@@ -90,20 +90,15 @@ class Track:
 
 @dataclass
 class Tracks:
-    """Every worker's :class:`Track`, the tests collected and the tests reported (a test never reported never
-    ran), and the workers that died."""
+    """Every worker's :class:`Track`, and what the workers collected (whether tests never ran is the history's
+    tally: :func:`~.workers.cut_short`)."""
 
     workers: dict[str, Track] = field(default_factory=dict)
-    collected: list[str] = field(default_factory=list)
-    reported: set[str] = field(default_factory=set)
-    deaths: list[str] = field(default_factory=list)
-    cases_collected: int | None = None  # attention cases among ``collected`` (the plan's facts say which)
+    collected: int = 0  # tests
+    cases_collected: int | None = None  # attention cases among them (the plan's facts say which)
 
     def of(self, worker: str) -> Track:
         return self.workers.setdefault(worker, Track())
-
-    def never_ran(self) -> list[str]:
-        return [t for t in self.collected if t not in self.reported]
 
 
 def worker_id(node: Any) -> str:
@@ -124,14 +119,12 @@ class Collector:
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: Sequence[str]) -> None:
         self.tracks.of(worker_id(node)).ready = time.time()
-        if not self.tracks.collected:
-            self.tracks.collected = list(ids)
+        self.tracks.collected = max(self.tracks.collected, len(ids))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
         """A worker died while running ``crashitem``: its failure says where it ran and what happens next."""
         worker = worker_id(getattr(report, "node", None))
-        self.tracks.deaths.append(f"worker {worker}{self.crash_note(worker)} died while running {crashitem}")
         self.tracks.of(worker).died = f"died while running {crashitem}"
         where = self.crash_note(worker)
         report.longrepr = (f"{report.longrepr}: the worker process{where} ended without a report (a signal such as"
@@ -144,7 +137,6 @@ class Collector:
         attn = self.config.stash.get(ATTN_SESSION, None)
         node = getattr(report, "node", None)
         track = self.tracks.of(worker_id(node)) if node is not None else None
-        self.tracks.reported.add(report.nodeid)
         start, stop = getattr(report, "start", 0.0), getattr(report, "stop", 0.0)  # (0 in xdist's crash report)
         if track is not None and start and stop:
             track.first = min(track.first or start, start)

@@ -11,7 +11,7 @@
   report (``user_properties``), with its session lines (ceilings, compile phase) at the end; the
   controller's session then holds the records of all workers, and the summary, pytest-benchmark's JSON,
   reports, plots and gate come from them as in a single-process run. The summary says how busy each worker was
-  (:func:`busy_lines`); a run that xdist ended with tests never run says so (:func:`cut_short`).
+  (:func:`busy_lines`), and where xdist ended the run with tests never run (:func:`cut_short`).
 * ``--attn-shard=I/N`` keeps the I-th of N deterministic shares of the problems (whole problems: their
   back ends stay together), for runners that each run one; ``pytest-attn merge`` combines their JSON.
 """
@@ -294,7 +294,7 @@ def write_empty_shard(session: pytest.Session) -> None:
     if config.getoption("benchmark_disable", False) or config.option.collectonly:
         return
     collector = _collector(config)
-    selected = len(collector.tracks.collected) if collector is not None else \
+    selected = collector.tracks.collected if collector is not None else \
         sum(1 for item in session.items if case_of_item(item) is not None)
     counted: dict[str, int] = {}
     for reason in attn.results.skips:
@@ -338,6 +338,9 @@ def hand_over_lines(session: pytest.Session) -> None:
         "shard": config.stash.get(SHARD, None), "started": time.time() - (process_age_s() or 0.0)})
 
 
+XDIST_TALLY = "pytest-attn-xdist-tally"  # plugin.history's XdistTally, registered under this name
+
+
 def _collector(config: pytest.Config) -> Collector | None:
     plugin = config.pluginmanager.get_plugin(Collector.NAME)
     return plugin if isinstance(plugin, Collector) else None
@@ -366,17 +369,9 @@ def cases_selected(config: pytest.Config) -> int | None:
 
 
 def cut_short(config: pytest.Config) -> str | None:
-    """The controller of workers: why the run ended with tests never run -- a worker died and pytest-xdist did not
-    replace it (``--max-worker-restart``), or it stopped the run -- or None where every collected test ran.
-    For :mod:`.history`, which marks what the run saves as partial."""
-    collector = _collector(config)
-    if collector is None or not collector.tracks.collected:
-        return None
-    never = collector.tracks.never_ran()
-    if not never:
-        return None
-    total = len(collector.tracks.collected)
-    died = "; ".join(collector.tracks.deaths)
-    why = (f"{died}, and pytest-xdist ended the run (--max-worker-restart)" if died
-           else "pytest-xdist ended the run early")
-    return f"{why}: {len(never)} of {total} tests never ran"
+    """The controller of workers: "cut short (worker gw1 crashed and was not replaced; 7 of 8 tests never ran)"
+    where xdist ended the run with tests never run, else None -- the history's tally says (what the run saves
+    is marked partial by it); here for the summary, which names it beside the workers' lines."""
+    tally = config.pluginmanager.get_plugin(XDIST_TALLY)
+    reason = tally.cut_short() if tally is not None else None
+    return reason if isinstance(reason, str) else None

@@ -131,19 +131,26 @@ def _writable(args: argparse.Namespace) -> None:
                              " write to") from None
 
 
-def merge(args: argparse.Namespace, out: list[str]) -> int:
-    _writable(args)
-    runs = _read(args.files)
+def _problems(runs: Sequence[tuple[str, dict[str, Any]]], allow_partial: bool, out: list[str]) -> list[str]:
+    """Why ``runs`` are not one whole run: refused (two GPU models always; a shard missing or that measured
+    nothing unless ``--allow-partial``), else what the merged run is marked partial for."""
     models = models_problem(runs)
     if models:
         raise MergeError(models)
     empty, notes = empty_shards(runs)
     problems = shard_problems(runs) + empty
     out.extend(f"note: {note}" for note in notes)
-    if problems and not args.allow_partial:
+    if problems and not allow_partial:
         raise MergeError("; ".join(problems) + ". Merge every shard of one run, each of which measured its cases (a"
                          " missing one: did its job fail or its upload?), or pass --allow-partial to merge these"
                          " anyway, marked partial")
+    return problems
+
+
+def merge(args: argparse.Namespace, out: list[str]) -> int:
+    _writable(args)
+    runs = _read(args.files)
+    problems = _problems(runs, args.allow_partial, out)
     merged = merge_runs(runs)
     if problems:
         out.append(f"--allow-partial: merged anyway, marked partial: {'; '.join(problems)}")
