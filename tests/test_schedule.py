@@ -13,11 +13,13 @@ from pytest_attn.core.schedule import (
     CPU_RATES,
     GPU_RATES,
     Busy,
+    Cost,
     Facts,
     Rates,
     Unit,
     busy_lines,
     expected_cost,
+    guess_unknown,
     lower_bound_s,
     model_cost_s,
     plan,
@@ -48,6 +50,14 @@ def test_a_cost_comes_from_the_baseline_then_the_saved_run_then_the_model():
     assert (model.seconds, model.source) == (pytest.approx(20.5), "model")
     plain = expected_cost(Facts("t.py::test_other", "t.py::test_other"), {}, {}, RATES)
     assert (plain.seconds, plain.source) == (1.0, "default")
+
+
+def test_a_test_of_unknown_cost_gets_the_others_median():
+    costs = [Cost(3.0, "baseline"), Cost(1.0, "default"), Cost(1.0, "model"), Cost(2.0, "saved run")]
+    assert [c.seconds for c in guess_unknown(costs)] == [3.0, 2.0, 1.0, 2.0]
+    assert guess_unknown(costs)[1].source == "the others' median"
+    alone = [Cost(1.0, "default"), Cost(1.0, "default")]
+    assert guess_unknown(alone) == alone  # nothing known: all alike, in collection order
 
 
 def test_a_problem_is_one_unit_and_units_go_longest_first():

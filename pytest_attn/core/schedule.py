@@ -5,7 +5,8 @@ busy each worker was. Pure; :mod:`pytest_attn.plugin.scheduling` wires it to pyt
   against (a record's ``timing.elapsed_s``: from its first input to its last sample, ``prepare_s`` included),
   the newest saved run that holds the test, else a model (:func:`model_cost_s`): a set-up cost per case plus a
   nominal number of calls, each the longer of its FLOPs at a nominal rate and its minimal bytes at a nominal
-  bandwidth, times a factor for back ends that do much more than the minimal work.
+  bandwidth, times a factor for back ends that do much more than the minimal work; a test that is no attention
+  case and was never measured gets the others' median (:func:`guess_unknown`).
 * **Order** (:func:`plan`): a problem's tests stay together (one unit, one worker: "vs best" compares results of
   one GPU), units longest first; the plugin hands the next unit to whichever worker comes free first (LPT list
   scheduling), so a worker that finishes early takes more. :func:`simulate` plays that out on expected costs.
@@ -36,7 +37,7 @@ CPU_RATES = Rates(setup_s=0.05, flops_per_s=20e9, bytes_per_s=10e9)
 #: back ends that do far more than the minimal work: the math path writes the whole score matrix, the
 #: reference computes in fp64
 SLOWER = {"reference": 20.0, "sdpa-math": 4.0, "sdpa-loop": 4.0}
-DEFAULT_COST_S = 1.0  # a test that is no attention case and has no measured time
+DEFAULT_COST_S = 1.0  # a test that is no attention case and has no measured time, where no test has one either
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,16 @@ def expected_cost(facts: Facts, baseline: Mapping[str, float], saved: Mapping[st
     if facts.backend:
         return Cost(model_cost_s(facts.flops, facts.min_bytes, facts.backend, rates), "model")
     return Cost(DEFAULT_COST_S, "default")
+
+
+def guess_unknown(costs: Sequence[Cost]) -> list[Cost]:
+    """``costs`` with each "default" one (a test that is no attention case, never measured) set to the median of
+    the others: a neutral guess that sends it neither first nor last. Pure."""
+    known = sorted(c.seconds for c in costs if c.source != "default")
+    if not known:
+        return list(costs)
+    middle = (known[(len(known) - 1) // 2] + known[len(known) // 2]) / 2
+    return [Cost(middle, "the others' median") if c.source == "default" else c for c in costs]
 
 
 @dataclass(frozen=True)

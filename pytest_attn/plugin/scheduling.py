@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..core.schedule import CPU_RATES, GPU_RATES, Facts, Unit, expected_cost, plan, plan_line
+from ..core.schedule import CPU_RATES, GPU_RATES, Facts, Unit, expected_cost, guess_unknown, plan, plan_line
 from ..verdicts.baseline import BaselineError, baseline_path, load_baseline
 from ..verdicts.fingerprint import gpu_key
 from ..verdicts.runs import benches
@@ -95,14 +95,12 @@ def make_plan(config: pytest.Config) -> Callable[[Sequence[str], str, int], list
         saved = saved_times(config)
         rates = GPU_RATES if config.stash.get(VISIBLE_GPUS, []) else CPU_RATES
         sources: dict[str, int] = {}
-        tests = []
-        for nodeid in collection:
-            fact = facts.get(nodeid) or Facts(nodeid.rsplit("@", 1)[0] if "@" in nodeid else nodeid, problem_of(nodeid))
-            cost = expected_cost(fact, baseline, saved, rates)
+        known = [facts.get(n) or Facts(n.rsplit("@", 1)[0] if "@" in n else n, problem_of(n)) for n in collection]
+        costs = guess_unknown([expected_cost(fact, baseline, saved, rates) for fact in known])
+        for cost in costs:
             label = f"the baseline {where}" if cost.source == "baseline" else cost.source
             sources[label] = sources.get(label, 0) + 1
-            tests.append((nodeid, fact.problem, cost.seconds))
-        units = plan(tests)
+        units = plan([(n, f.problem, c.seconds) for n, f, c in zip(collection, known, costs, strict=True)])
         if units:
             terminal_say(config)(plan_line(units, workers, sources))
         return units
