@@ -193,4 +193,5 @@ def test_the_real_workflow_runs_end_to_end_on_the_cpu_profile_with_fake_gpus(tmp
     assert "every job ended as expected" in out and "not the workflow as written: --set SELECTION" in out
     merged = json.loads((tmp_path / "artifacts" / "gpu-benchmarks" / "run.json").read_text())
     assert len(merged["benchmarks"]) == 2 and len(merged["attn_shards"]) == 2
-    assert "pytest-attn: no regression (2 NEW)" in out
+    assert "### pytest-attn: " in out and "(2 NEW)" in out  # the merge's step summary (no CPU baseline: all NEW)
+    assert "== the gate (gate, 'Merge the shards, report, gate against the committed baseline'): exit 0" in out
