@@ -59,6 +59,7 @@ from .summary import nothing_measured
 from .workers import (
     _is_attention_suite,
     configure_controller,
+    first_call_share,
     is_worker,
     record_name,
     workers_requested,
@@ -86,7 +87,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # plugin registers back ends (elsewhere nothing names one, and the registry is not built)
     if config.stash.get(ATTENTION_RUN, False) or config.hook.pytest_attn_register_backends.get_hookimpls():
         _ = session.backends
-    if not is_worker(config) and _is_attention_suite(config):
+    if not is_worker(config) and (config.stash.get(ATTENTION_RUN, False) or _is_attention_suite(config)):
         configure_controller(config)
     _refuse_sustained(config)
     _lock_clocks(config, session)
@@ -179,7 +180,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     device = attn.device
     runnable = [(c, b) for c, b in pairs if refusal(b, c, device) is None]
-    attn.compiled = compile_phase(runnable, device, terminal_say(session.config))
+    attn.compiled = compile_phase(runnable, device, terminal_say(session.config), first_call_share(session.config))
 
 
 @pytest.hookimpl(tryfirst=True)

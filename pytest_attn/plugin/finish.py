@@ -7,7 +7,8 @@ so this wrapper, ``tryfirst``, runs around it):
 2. :func:`.bench.settle_records` -- "measured nothing" where nothing was; each result against the others of its
    problem; on the controller of pytest-xdist workers, their records handed to pytest-benchmark;
 3. :func:`.gate.gate_session` -- the baseline saved or the run gated, and the reports, from the records alone
-   (a failed save of pytest-benchmark's cannot cost them).
+   (a failed save of pytest-benchmark's cannot cost them); then :func:`.workers.write_empty_shard` -- a shard that
+   measured nothing still writes its ``--benchmark-json`` (pytest-benchmark writes none without a benchmark).
 
 A step that fails is said (:func:`.history.end_step_failed`, its traceback among the history's lines, exit status 3)
 and the steps after it run: a baseline that cannot be saved, or a report, never costs pytest-benchmark's JSON.
@@ -41,7 +42,7 @@ from .gate import gate_section, gate_session
 from .history import end_step_failed, history_section, mark_partial
 from .recovery import close_journal
 from .summary import summary_section
-from .workers import hand_over_lines
+from .workers import hand_over_lines, write_empty_shard
 
 SECTIONS = (fuzz_section, summary_section, ab_section, gate_section)
 
@@ -49,7 +50,7 @@ SECTIONS = (fuzz_section, summary_section, ab_section, gate_section)
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Generator[None, None, None]:
     for step in (functools.partial(mark_partial, session, exitstatus), functools.partial(settle_records, session),
-                 functools.partial(gate_session, session)):
+                 functools.partial(gate_session, session), functools.partial(write_empty_shard, session)):
         try:
             step()
         except Exception as exc:  # said, with its traceback; the steps after it, and pytest-benchmark's save, still run

@@ -26,6 +26,7 @@ from .session import (
     terminal_width,
     timing_disabled,
 )
+from .workers import busy_lines, cases_selected, cut_short
 
 NOTHING_MEASURED = pytest.StashKey[str]()
 
@@ -35,7 +36,8 @@ def nothing_measured(session: pytest.Session, attn: AttnSession) -> None:
     counted; or no case selected); where the run was asked to save a baseline, gate, compare or pair arms, it
     fails (exit status 4): in CI a green job that measured nothing is a gate switched off."""
     config = session.config
-    selected = sum(1 for item in session.items if case_of_item(item) is not None)
+    # (the controller of pytest-xdist workers collects nothing: its workers said what they collected)
+    selected = sum(1 for item in session.items if case_of_item(item) is not None) or cases_selected(config) or 0
     stopped = (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.USAGE_ERROR)  # (a usage error stopped it at start-up)
     if attn.results.records or not (attn.active or selected) or session.exitstatus in stopped:
         return
@@ -58,6 +60,9 @@ def nothing_measured(session: pytest.Session, attn: AttnSession) -> None:
             else f"measured nothing: no attention case was selected: {why_none}" if why_none
             else "measured nothing: no attention case was selected (the profile's cases, narrowed by --attn-dtypes,"
                  " --attn-directions, --attn-backends, --attn-case or -k, left none for these tests)")
+    short = cut_short(config)
+    if short:
+        line = f"measured nothing: {short}"
     if asked:
         line = f"error: {line}; the run was asked for {', '.join(asked)}, which needs a measured case"
         if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
@@ -136,7 +141,7 @@ def summary_section(terminalreporter: Any, config: pytest.Config) -> None:
     width = terminal_width(config)
     if nothing:
         terminalreporter.write_sep("=", "pytest-attn summary")
-        for line in wrap([nothing], width):
+        for line in wrap([nothing, *busy_lines(config)], width):
             terminalreporter.write_line(line)
         return
     if session is None or not (session.results.records or session.results.skips or session.compiled.builds):
@@ -155,7 +160,7 @@ def summary_section(terminalreporter: Any, config: pytest.Config) -> None:
     measured = sum(r.timing.elapsed_s + (r.sustained.phase_s if r.sustained else 0.0) for r in session.results.records)
     wall = session.wall.line(measured)
     lines[1:1] = [*session.ceilings.lines(), *session.compiled.lines(), *time_lines(session.results.records),
-                  *([wall] if wall else [])]
+                  *([wall] if wall else []), *busy_lines(config)]
     lines.extend(f"note: {n}" for n in session.results.notes)
     for line in wrap(lines, width):
         terminalreporter.write_line(line)

@@ -7,8 +7,9 @@ of them all would print, one merged JSON, the reports, and the gate, per device 
 ``merge`` and ``--attn-baseline`` read as any run; the journal is then removed. No torch, no pytest.
 
 Exit status as pytest's: 0 when the gate passes (or there is none), 1 when it fails, 4 for bad input (a bad
-option, a file that is not a run -- whatever is wrong with it, named --, shards that overlap, a baseline of
-another device, a --json or --report path that cannot be written). Exit 1 means the gate failed, nothing else.
+option, a file that is not a run -- whatever is wrong with it, named --, shards that overlap, shards measured on two
+GPU models, a shard missing or one that measured nothing, a baseline of another device, a --json or --report path
+that cannot be written). Exit 1 means the gate failed, nothing else.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ..core.files import InputError, probe_writable, read_json, write_atomic
 from ..core.journal import FOLDER, held, orphans, read_journal, recovered_run
 from .baseline import add_runs, baseline_path, check_run, load_baseline, stored_fingerprint
 from .decision import by_device, gate
-from .merge import MergeError, merge_runs, shard_problems
+from .merge import MergeError, empty_shards, merge_runs, models_problem, shard_problems
 from .reports import write_reports
 from .rule import DEFAULT_THRESHOLD, Thresholds, parse_fraction, parse_override
 from .runs import partial_headline, partial_note, records
@@ -51,8 +52,8 @@ BASELINE = ("Add saved runs (--benchmark-json files of the baseline's selection,
             " measures how much the model's GPUs differ instead of assuming it. Exit status: 0 added, 4 bad input.")
 MERGE = ("Merge the JSON files of shards (--attn-shard=I/N on several runners, or runs that measured different"
          " problems) into one run: the summary a single run of them all would print, one merged JSON, the reports,"
-         " and the gate, per device model. Exit status: 0 the gate passed (or there is none), 1 it failed, 4 bad"
-         " input.")
+         " and the gate, per device model. Shards of two GPU models, and a shard missing or one that measured"
+         " nothing, are refused. Exit status: 0 the gate passed (or there is none), 1 it failed, 4 bad input.")
 
 
 def _version() -> str:
@@ -131,13 +132,26 @@ def _writable(args: argparse.Namespace) -> None:
                              " write to") from None
 
 
+def _problems(runs: Sequence[tuple[str, dict[str, Any]]], allow_partial: bool, out: list[str]) -> list[str]:
+    """Why ``runs`` are not one whole run: refused (two GPU models always; a shard missing or that measured
+    nothing unless ``--allow-partial``), else what the merged run is marked partial for."""
+    models = models_problem(runs)
+    if models:
+        raise MergeError(models)
+    empty, notes = empty_shards(runs)
+    problems = shard_problems(runs) + empty
+    out.extend(f"note: {note}" for note in notes)
+    if problems and not allow_partial:
+        raise MergeError("; ".join(problems) + ". Merge every shard of one run, each of which measured its cases (a"
+                         " missing one: did its job fail or its upload?), or pass --allow-partial to merge these"
+                         " anyway, marked partial")
+    return problems
+
+
 def merge(args: argparse.Namespace, out: list[str]) -> int:
     _writable(args)
     runs = _read(args.files)
-    problems = shard_problems(runs)
-    if problems and not args.allow_partial:
-        raise MergeError("; ".join(problems) + ". Merge every shard of one run (a missing one: did its job fail"
-                         " or its upload?), or pass --allow-partial to merge these anyway, marked partial")
+    problems = _problems(runs, args.allow_partial, out)
     merged = merge_runs(runs)
     if problems:
         out.append(f"--allow-partial: merged anyway, marked partial: {'; '.join(problems)}")
