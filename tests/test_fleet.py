@@ -74,6 +74,9 @@ def test_the_pooled_tau_is_the_median_case_corrected_for_two_gpus():
     assert fleet.tau("fa4", "compute", None) == (fleet.pooled["compute"], "pooled")
     assert fleet.tau("fa4", "compute", 0.05) == (0.05, "own")
     assert fleet.tau("fa4", "memory", None) == (ALLOWANCE["memory"], "allowance")
+    tight = FleetNoise.of([("fa4", "memory", spread([1.0, 1.0 + d], ["a", "b"])) for d in (0.0, 0.001, 0.002)], 0.0)
+    assert tight.pooled["memory"] < ALLOWANCE["memory"]  # GPUs of one host that agree: another host may not
+    assert tight.tau("fa4", "memory", None) == (ALLOWANCE["memory"], "allowance")
     more = FleetNoise.of([*spreads, ("fa4", "compute", spread([1.0, 1.03], ["a", "b"]))], run=0.0)
     assert more.pooled["fa4/compute"] == more.pooled["compute"] and more.cases["fa4/compute"] == 6
 
