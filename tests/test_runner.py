@@ -179,6 +179,16 @@ def test_a_cpu_call_slower_than_the_limit_is_skipped_after_two_calls():
     assert len(calls) == 2  # the first call alone may pay the process's one-time costs
 
 
+def test_the_cpu_call_limit_is_read_when_settings_are_made(monkeypatch):
+    """A test whose run must not trip the limit on a loaded machine raises it before the session makes its settings
+    (the A/B's arms get it from there): test_ab's real run on a 2-core CI box saw a tiny case's call take 1.9 s."""
+    from pytest_attn.engine import settings
+
+    assert RunSettings().cpu_call_limit_s == settings.CPU_CALL_LIMIT_S == 0.5
+    monkeypatch.setattr(settings, "CPU_CALL_LIMIT_S", 600.0)
+    assert RunSettings().cpu_call_limit_s == 600.0
+
+
 def test_a_slow_first_call_alone_does_not_skip_a_cpu_case():
     import time
 
