@@ -12,13 +12,13 @@ import errno
 import json
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("torch")
-pytestmark = pytest.mark.slow
 
-from pytest_attn.engine import probe, slowed, timers  # noqa: E402
+from pytest_attn.engine import probe, slowed, timers
 
 CONFTEST = '''
 import os
@@ -99,7 +99,7 @@ def test_decode(attn_bench, decode_case):
 '''
 
 ARGS = ["-p", "no:cacheprovider", "--attn-profile=cpu", "--attn-backends=steady", "--attn-dtypes=fp32",
-        "--attn-directions=fwd", "--attn-max-time=0.2", "--attn-baselines-dir=b"]
+        "--attn-directions=fwd", "--attn-max-time=0.05", "--attn-baselines-dir=b"]
 KEY = "cpu-test-cpu-9000"
 
 
@@ -121,15 +121,32 @@ class ClockWork:
         return self.clock() - t0
 
 
+class Run:
+    """A run of the suite on the fake clock, in this test's folder: ``run(*flags)``."""
+
+    def __init__(self, pytester, stored: Path) -> None:
+        self.pytester, self.stored = pytester, stored
+
+    def __call__(self, *extra, **kwargs):
+        return self.pytester.runpytest(*ARGS, *extra, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def stored_baselines(tmp_path_factory) -> Path:
+    """Baselines of 1, 2 and 3 repeats, recorded once for this module (on the fake clock every test's would be
+    the same) and copied into each test that starts from one."""
+    return tmp_path_factory.mktemp("stored-baselines")
+
+
 @pytest.fixture
-def run(pytester, monkeypatch, fake_clock):
+def run(pytester, monkeypatch, fake_clock, stored_baselines):
     clock = fake_clock
     monkeypatch.setattr(timers, "CPU_CLOCK", clock)
     monkeypatch.setattr(slowed, "WORK_FACTORY", lambda device: ClockWork(clock))
     monkeypatch.setattr(probe, "cpu_model", lambda: "Test CPU 9000")
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_suite=SUITE)
-    return lambda *extra, **kwargs: pytester.runpytest(*ARGS, *extra, **kwargs)
+    return Run(pytester, stored_baselines)
 
 
 def ungated(run):
@@ -139,14 +156,28 @@ def ungated(run):
 
 
 def _baseline(run, pytester, repeats=3):
-    saved = run("--attn-save-baseline")
-    assert saved.ret == pytest.ExitCode.OK
-    count = len(json.loads((pytester.path / "b" / KEY / "baseline.json").read_text())["benchmarks"])
-    saved.stdout.fnmatch_lines([f"saved {count} results as the baseline for CPU Test CPU 9000: *b/{KEY}/baseline.json"])
-    for _ in range(repeats - 1):
-        added = run("--attn-add-to-baseline")
-        added.stdout.fnmatch_lines([f"*(a repeat added to {count} cases)"])
-    return count
+    """A baseline of ``repeats`` runs in ``b/``: recorded (a save, then repeats added) the first time it is asked
+    for in this module, copied from there afterwards. Returns its number of cases."""
+    stored = run.stored / str(repeats)
+    if not stored.exists():
+        have = max((int(p.name) for p in run.stored.iterdir() if int(p.name) < repeats), default=0)
+        if have:
+            shutil.copytree(run.stored / str(have), pytester.path / "b")
+        else:
+            saved = run("--attn-save-baseline")
+            assert saved.ret == pytest.ExitCode.OK
+            count = len(json.loads((pytester.path / "b" / KEY / "baseline.json").read_text())["benchmarks"])
+            saved.stdout.fnmatch_lines([f"saved {count} results as the baseline for CPU Test CPU 9000:"
+                                        f" *b/{KEY}/baseline.json"])
+            shutil.copytree(pytester.path / "b", run.stored / "1")
+        count = len(json.loads((pytester.path / "b" / KEY / "baseline.json").read_text())["benchmarks"])
+        for more in range(max(have, 1) + 1, repeats + 1):
+            added = run("--attn-add-to-baseline")
+            added.stdout.fnmatch_lines([f"*(a repeat added to {count} cases)"])
+            shutil.copytree(pytester.path / "b", run.stored / str(more))
+    else:
+        shutil.copytree(stored, pytester.path / "b", dirs_exist_ok=True)
+    return len(json.loads((pytester.path / "b" / KEY / "baseline.json").read_text())["benchmarks"])
 
 
 def test_a_clean_rerun_is_same_and_five_percent_injected_is_slower(run, pytester):
