@@ -72,36 +72,38 @@ def pytest_terminal_summary(terminalreporter, config):
                                     f" signals, pytest-xdist); run them with: pytest tests/ -m e2e")
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _hypothesis_outside_the_checkout(tmp_path_factory):
-    """Hypothesis' example database goes to this session's temporary folder: Hypothesis takes the folder it was
-    first imported in (the checkout) for every in-process child session too."""
-    with contextlib.suppress(ImportError):
-        from hypothesis import configuration
+def _kept_outside_the_checkout() -> None:
+    """What the processes of this run would write where they stand (the checkout) or compile again in each goes to
+    one folder of the system's temporary folder, ``pytest-attn-tests-<uid>``, kept between runs:
 
-        configuration.set_hypothesis_home_dir(tmp_path_factory.getbasetemp() / "hypothesis")
+    * Hypothesis' storage (its example database and its cache of the constants in local modules): Hypothesis
+      takes the folder it was first imported in, the checkout, for every in-process child session too, and a
+      process a test starts (an arm, an xdist worker) stands in the checkout;
+    * the bytecode of the processes this run starts -- pytest-xdist's workers, the end-to-end tier's pytest and
+      arm processes -- and pytest's rewritten test modules, even where PYTHONDONTWRITEBYTECODE is set: each would
+      compile and rewrite the plugin, Hypothesis and these test modules again (~5 CPU-s a pytest worker). The
+      first run fills it (~60 MB).
 
-
-def _bytecode_kept_for_the_processes_tests_start() -> None:
-    """The processes this run starts -- pytest-xdist's workers, the end-to-end tier's pytest and arm processes --
-    keep their bytecode (and pytest's rewritten test modules) in one folder of the system's temporary folder,
-    outside the checkout and the environment, even where PYTHONDONTWRITEBYTECODE is set: each would compile and
-    rewrite the plugin, Hypothesis and these test modules again (~5 CPU-s a pytest worker). The first run fills it
-    (~60 MB). A PYTHONPYCACHEPREFIX of the user's own is kept."""
+    A PYTHONPYCACHEPREFIX or HYPOTHESIS_STORAGE_DIRECTORY of the user's own is kept."""
     import tempfile
 
-    if os.environ.get("PYTHONPYCACHEPREFIX"):
-        return
     uid = os.getuid() if hasattr(os, "getuid") else 0
-    folder = Path(tempfile.gettempdir()) / f"pytest-attn-tests-pycache-{uid}"
+    folder = Path(tempfile.gettempdir()) / f"pytest-attn-tests-{uid}"
     try:
         folder.mkdir(mode=0o700, exist_ok=True)
         if folder.is_symlink() or folder.stat().st_uid != uid:  # another user's folder: not to be trusted
             return
     except OSError:
         return
-    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    os.environ["PYTHONPYCACHEPREFIX"] = str(folder)
+    if not os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
+        os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = str(folder / "hypothesis")
+        with contextlib.suppress(ImportError):
+            from hypothesis import configuration
+
+            configuration.set_hypothesis_home_dir(folder / "hypothesis")  # imported already, maybe its home read
+    if not os.environ.get("PYTHONPYCACHEPREFIX"):
+        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+        os.environ["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")
 
 
 @pytest.fixture(autouse=True)
@@ -161,13 +163,13 @@ def _share_with_child_sessions() -> None:
 
 def pytest_configure(config):
     """A run that writes into the checkout fails (:class:`CheckoutGuard`, in the process that reports the run);
-    the processes it starts keep their bytecode.
+    what its processes write where they stand goes elsewhere (:func:`_kept_outside_the_checkout`).
     torch's CPU threads as an attention run on this machine sets them (half the usable CPUs): on a
     2-core CI box with one core busy, a full-width pool makes every parallel op wait for the busy core.
     The controller of this suite's own xdist workers runs no test: nothing to set up there."""
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(CheckoutGuard(ROOT), "pytest-attn-checkout-guard")
-        _bytecode_kept_for_the_processes_tests_start()  # before pytest-xdist starts its workers
+        _kept_outside_the_checkout()  # before pytest-xdist starts its workers, which inherit it
     if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
         return
     from pytest_attn.engine.threads import auto_threads, set_torch_threads, usable_cpus
