@@ -34,16 +34,27 @@ def pytest_cmdline_main(config):
 
 
 def _e2e_asked(config: pytest.Config) -> bool:
-    """The end-to-end tier runs where ``-m`` names it (or its older name), or where tests are named one by one."""
+    """The end-to-end tier runs where ``-m`` names it (or its older name): ``-m`` then decides alone."""
     markexpr = config.getoption("markexpr", "") or ""
-    named = any("::" in str(arg) for arg in config.args)
-    return named or any(name in markexpr for name in (E2E, *E2E_ALIASES))  # -m then decides alone
+    return any(name in markexpr for name in (E2E, *E2E_ALIASES))
+
+
+def _named(config: pytest.Config) -> list[str]:
+    """The tests named one by one on the command line (``path::name``), as node ids."""
+    ids = []
+    for arg in map(str, config.args):
+        path, sep, rest = arg.partition("::")
+        if sep:
+            with contextlib.suppress(ValueError):
+                path = Path(config.invocation_params.dir, path).resolve().relative_to(config.rootpath).as_posix()
+            ids.append(f"{path}::{rest}")
+    return ids
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """One tier under both names (``-m "not slow"`` leaves it out as ``-m "not e2e"`` does), left out unless asked
-    for."""
+    """One tier under both names (``-m "not slow"`` leaves it out as ``-m "not e2e"`` does), left out unless ``-m``
+    names it; an end-to-end test named by its id runs all the same."""
     names = (E2E, *E2E_ALIASES)
     for item in items:
         if any(item.get_closest_marker(name) for name in names):
@@ -52,10 +63,12 @@ def pytest_collection_modifyitems(config, items):
                     item.add_marker(name)
     if _e2e_asked(config):
         return
-    e2e = [item for item in items if item.get_closest_marker(E2E)]
+    named = tuple(_named(config))
+    e2e = [item for item in items if item.get_closest_marker(E2E) and not item.nodeid.startswith(named or ("\0",))]
     if e2e:
         config.hook.pytest_deselected(items=e2e)
-        items[:] = [item for item in items if not item.get_closest_marker(E2E)]
+        left = set(map(id, e2e))
+        items[:] = [item for item in items if id(item) not in left]
         config.stash[_E2E_LEFT] = len(e2e)
 
 

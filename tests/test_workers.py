@@ -80,7 +80,7 @@ def pytest_configure(config):
     prepare_attention_run(config)
 """
 ARGS = ["-p", "no:cacheprovider", "--attn-profile=cpu", "--attn-backends=sdpa-math,sdpa-loop,sdpa-padded",
-        "--attn-dtypes=fp32", "--attn-max-time=0.05", "--attn-min-samples=5"]
+        "--attn-dtypes=fp32", "--attn-directions=fwd", "--attn-max-time=0.05", "--attn-min-samples=5"]
 
 
 def _rows(text: str) -> list[str]:
