@@ -18,58 +18,11 @@ import pytest
 
 pytest.importorskip("torch")
 
-from pytest_attn.engine import probe, slowed, timers
+from fake_clock_runs import STEADY_CONFTEST, on_the_fake_clock
 
-CONFTEST = '''
-import os
-import random
+from pytest_attn.engine import probe
 
-import torch.nn.functional as F
-
-from pytest_attn.engine import timers
-
-
-class Steady:
-    """SDPA math, timed on the fake clock: 1 ms per call and a little, +-0.2 %."""
-
-    name = "steady"
-    description = "SDPA math on a fake clock"
-    layout = "bhsd"
-    needs_cuda = False
-    has_backward = False
-    default_enabled = False
-    empty_rows = "any"
-
-    def available(self):
-        return None
-
-    def supports(self, case, device):
-        if case.dtype != "fp32" or case.ragged or case.mask.kind not in ("none", "causal"):
-            return "fp32, dense, no mask or causal only"
-        if case.mask.kind == "causal" and case.seqlens_q != case.seqlens_k and max(case.seqlens_q) > 1:
-            return "SDPA's is_causal is top-left aligned"
-        return None
-
-    def workspace_bytes(self, case):
-        return 0
-
-    def prepare(self, case, inputs):
-        rng = random.Random(case.id)
-        q, k, v = inputs.q, inputs.k, inputs.v
-        causal = case.mask.kind == "causal" and case.seqlens_q == case.seqlens_k  # one query sees every key
-        base = 1e-3 * (1 + case.total_q / 1000) * float(os.environ.get("TIMES_SLOWER", "1"))
-
-        def forward():
-            timers.CPU_CLOCK.advance(base * (1 + rng.gauss(0, 0.002)))
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=case.scale,
-                                                  enable_gqa=case.heads_q != case.heads_kv)
-
-        return forward
-
-
-def pytest_attn_register_backends(registry, config):
-    registry.register(Steady())
-'''
+CONFTEST = STEADY_CONFTEST
 
 SUITE = '''
 import os
@@ -103,24 +56,6 @@ ARGS = ["-p", "no:cacheprovider", "--attn-profile=cpu", "--attn-backends=steady"
 KEY = "cpu-test-cpu-9000"
 
 
-class ClockWork:
-    """The injection's matmuls on the fake clock: a size^2 product takes 1e-10 x size^2 seconds."""
-
-    def __init__(self, clock):
-        self.clock = clock
-
-    def unit_seconds(self, size):
-        return 1e-10 * size**2
-
-    def runner(self, plan):
-        return lambda: self.clock.advance(plan.repeats * self.unit_seconds(plan.size))
-
-    def step_seconds(self, step):
-        t0 = self.clock()
-        step()
-        return self.clock() - t0
-
-
 class Run:
     """A run of the suite on the fake clock, in this test's folder: ``run(*flags)``."""
 
@@ -140,9 +75,7 @@ def stored_baselines(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def run(pytester, monkeypatch, fake_clock, stored_baselines):
-    clock = fake_clock
-    monkeypatch.setattr(timers, "CPU_CLOCK", clock)
-    monkeypatch.setattr(slowed, "WORK_FACTORY", lambda device: ClockWork(clock))
+    on_the_fake_clock(monkeypatch, fake_clock)
     monkeypatch.setattr(probe, "cpu_model", lambda: "Test CPU 9000")
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_suite=SUITE)

@@ -174,7 +174,7 @@ def test_a_cpu_call_slower_than_the_limit_is_skipped_after_two_calls():
         time.sleep(0.05)
         return F.scaled_dot_product_attention(inputs.q, inputs.k, inputs.v, enable_gqa=True)
 
-    with pytest.raises(CaseSkipped, match=r"one call takes 0\.\d s on this CPU, over the 0.02 s a call may take"):
+    with pytest.raises(CaseSkipped, match=r"one call takes \d+\.\d s on this CPU, over the 0.02 s a call may take"):
         run_case(case(mask=Mask.none()), FakeBackend(slow), CPU, RunSettings(cpu_call_limit_s=0.02))
     assert len(calls) == 2  # the first call alone may pay the process's one-time costs
 
@@ -199,12 +199,13 @@ def test_a_slow_first_call_alone_does_not_skip_a_cpu_case():
 
         calls.append(1)
         if len(calls) == 1:
-            time.sleep(0.3)  # autograd's threads starting, kernels loading: once per process
+            time.sleep(1.5)  # autograd's threads starting, kernels loading: once per process
         return F.scaled_dot_product_attention(inputs.q, inputs.k, inputs.v, enable_gqa=True)
 
+    # the limit well above what a tiny call takes even on a loaded machine (a 0.2 s one could be missed there)
     record = run_case(case(mask=Mask.none()), FakeBackend(first_slow), CPU,
-                      dataclasses.replace(FAST, cpu_call_limit_s=0.2))
-    assert record.median_s < 0.2
+                      dataclasses.replace(FAST, cpu_call_limit_s=1.0))
+    assert record.median_s < 1.0
 
 
 def _nan_at(t, index):
