@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -77,52 +76,25 @@ def checkout_copy(dest: Path) -> Path:
     return dest
 
 
-@dataclass(frozen=True)
-class Ran:
-    step: object  # readme_blocks.Command
-    returncode: int
-    said: str  # stdout and stderr
-
-
-@pytest.fixture(scope="module")
-def ran(tmp_path_factory):
-    """Each recipe's commands, run once in order and shared by the assertions that read them: the ``cpu`` ones
-    in a fresh folder holding the files the README gave up to them, the ``checkout`` ones in a copy of this
-    checkout."""
-    done: dict[str, list[Ran]] = {}
-
-    def run(section: str) -> list[Ran]:
-        if section not in done:
-            folder = tmp_path_factory.mktemp("recipe")
-            copy = None
-            results = []
-            for step in RECIPES[section]:
-                if step.kind == "checkout":
-                    copy = copy or checkout_copy(tmp_path_factory.mktemp("checkout"))
-                for name, body in step.files:
-                    if step.kind == "cpu" and not (folder / name).exists():
-                        (folder / name).write_text(body)
-                proc = subprocess.run(step.line.partition("  #")[0], shell=True,
-                                      cwd=copy if step.kind == "checkout" else folder, env=_env(),
-                                      capture_output=True, text=True, timeout=HANG_S)
-                results.append(Ran(step, proc.returncode, proc.stdout + proc.stderr))
-            done[section] = results
-        return done[section]
-
-    return run
-
-
 @pytest.mark.e2e
 @pytest.mark.parametrize("section", RECIPES)
-def test_each_recipe_runs_as_written(section, ran):
-    """A recipe's commands, in order, end with the exit status their comment gives."""
-    for r in ran(section):
-        assert r.returncode in r.step.exits, f"{r.step.line}\nexit {r.returncode}\n{r.said[-3000:]}"
-
-
-@pytest.mark.e2e
-@pytest.mark.parametrize("section", RECIPES)
-def test_no_recipe_ends_having_run_nothing(section, ran):
-    for r in ran(section):
-        found = [e for e in EMPTY if e in r.said]
-        assert not found, f"{r.step.line}: said {found}\n{r.said[-3000:]}"
+def test_each_recipe_runs_as_written(section, tmp_path):
+    """A recipe's commands, in order, end with the exit status their comment gives and say nothing of having run
+    nothing: the ``cpu`` ones in a fresh folder holding the files the README gave up to them, the ``checkout`` ones
+    in a copy of this checkout. (One test a recipe, both read from its one run: under pytest-xdist a fixture
+    shared by two tests is made again in each worker that runs one.)"""
+    folder, copy = tmp_path / "recipe", None
+    folder.mkdir()
+    for step in RECIPES[section]:
+        if step.kind == "checkout":
+            copy = copy or checkout_copy(tmp_path / "checkout")
+        for name, body in step.files:
+            if step.kind == "cpu" and not (folder / name).exists():
+                (folder / name).write_text(body)
+        cwd = copy if step.kind == "checkout" else folder
+        done = subprocess.run(step.line.partition("  #")[0], shell=True, cwd=cwd, env=_env(), capture_output=True,
+                              text=True, timeout=HANG_S)
+        said = done.stdout + done.stderr
+        assert done.returncode in step.exits, f"{step.line}\nexit {done.returncode}\n{said[-3000:]}"
+        found = [e for e in EMPTY if e in said]
+        assert not found, f"{step.line}: said {found}\n{said[-3000:]}"
