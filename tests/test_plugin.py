@@ -276,11 +276,25 @@ WRONG_CONFTEST = SHY_CONFTEST.replace('name = "shy"', 'name = "wrong"').replace(
                                                                                    "scale=1.5 * case.scale,")
 
 
+NOT_SHRUNK = """
+
+from hypothesis import Phase, settings
+
+import pytest_attn.fuzz.profiles  # registers ci
+
+settings.register_profile("ci-not-shrunk", parent=settings.get_profile("ci"),
+                          phases=[Phase.explicit, Phase.reuse, Phase.generate])
+"""
+
+
 def _a_fuzz_failure_in_the_suite(pytester) -> str:
-    """The varlen fuzz suite on a back end with a wrong scale: its failure block read, its replay command returned."""
-    pytester.makeconftest(WRONG_CONFTEST)
+    """The varlen fuzz suite on a back end with a wrong scale: its failure block read, its replay command returned.
+    (The ci profile without shrinking: the block and the replay read the same for the first failing example, and
+    shrinking and explaining it was most of this run.)"""
+    pytester.makeconftest(WRONG_CONFTEST + NOT_SHRUNK)
     pytester.makepyfile(test_fuzz_varlen=(Path(__file__).parents[1] / "suites" / "test_fuzz_varlen.py").read_text())
-    result = pytester.runpytest("-p", "no:cacheprovider", "--attn-backends=wrong", "--attn-directions=fwd")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--attn-backends=wrong", "--attn-directions=fwd",
+                                "--hypothesis-profile=ci-not-shrunk")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     lines = result.stdout.lines
     start = next(i for i, line in enumerate(lines) if "test_fuzz_varlen[wrong-fwd]" in line and line.startswith("_"))
