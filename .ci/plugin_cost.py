@@ -5,7 +5,8 @@ attention run needs (torch, numpy, NVML, Hypothesis' strategies through pytest-a
 run slow, said deterministically. Measured and printed, not asserted: how much longer the run takes than with
 ``-p no:pytest_attn.plugin`` (the fastest of several alternating runs of each). A wall-time limit failed this
 script on the shared 2-core CI machine at +0.30 s where the same code read +0.19 to +0.38 s in consecutive runs:
-a timed check there says more about the neighbours than about the plugin (the README's CPU table has the figure).
+a timed check there says more about the neighbours than about the plugin (docs/gpu-validation.md's CPU table has
+the figure).
 
     python .ci/plugin_cost.py
 """

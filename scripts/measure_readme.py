@@ -1,14 +1,15 @@
-"""Re-run every timed command the README states, as written, and print the README's figure beside today's.
+"""Re-run every timed command the README states, as written, and print the recorded figure beside today's.
 
     python scripts/measure_readme.py --cpu                    # the CPU figures (a machine without a GPU)
     python scripts/measure_readme.py --gpu                    # the GPU figures (smoke cold, warm, compile-only)
                                                               # and the recipes' GPU commands, in a fresh folder
-    python scripts/measure_readme.py --cpu --update-readme    # ... and write today's into the README
+    python scripts/measure_readme.py --cpu --update-doc       # ... and write today's into docs/gpu-validation.md
 
-The README's "How long it takes" tables sit between ``<!-- measured:cpu -->`` / ``<!-- measured:gpu -->``
-markers and the matching end markers; ``--update-readme`` replaces one with today's table, the device and
-the date, so every figure there is the output of this command's last run. Run from the repository root, in
-the environment the README's install made (the commands are run through the shell, as a reader would).
+The "How long it takes" tables live in docs/gpu-validation.md (the one home of dated figures; the README
+states no timings), between ``<!-- measured:cpu -->`` / ``<!-- measured:gpu -->`` markers and the matching end
+markers; ``--update-doc`` replaces one with today's table, the device and the date, so every figure there is
+the output of this command's last run. Run from the repository root, in the environment the README's install
+made (the commands are run through the shell, as a reader would).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+#: Where the measured tables live (``--update-doc`` writes them there).
+DOC = ROOT / "docs" / "gpu-validation.md"
 sys.path.insert(0, str(ROOT / "tests"))
 from readme_blocks import commands  # noqa: E402  (the README's marked blocks; tests/test_readme.py runs the CPU ones)
 
@@ -102,9 +104,9 @@ def run(timed: Timed, logs: Path | None = None) -> list[tuple[str, float, int, s
     return rows
 
 
-def readme_figures(kind: str) -> dict[str, list[str]]:
-    """The README's current figures, by command (in order), from its marked table."""
-    block = _block(README.read_text(), kind)
+def recorded_figures(kind: str, text: str | None = None) -> dict[str, list[str]]:
+    """The recorded figures (wall time), by command (in order), from the marked table of ``text`` (the doc's)."""
+    block = _block(DOC.read_text() if text is None else text, kind)
     figures: dict[str, list[str]] = {}
     for line in (block or "").splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -116,6 +118,14 @@ def readme_figures(kind: str) -> dict[str, list[str]]:
 def _block(text: str, kind: str) -> str | None:
     match = re.search(rf"<!-- measured:{kind} -->\n(.*?)<!-- /measured:{kind} -->", text, re.S)
     return match[1] if match else None
+
+
+def with_table(text: str, kind: str, new: str) -> str | None:
+    """``text`` with its ``kind`` table replaced by ``new``; None where it has no such block."""
+    if _block(text, kind) is None:
+        return None
+    return re.sub(rf"(<!-- measured:{kind} -->\n).*?(<!-- /measured:{kind} -->)", lambda m: m[1] + new + m[2], text,
+                  flags=re.S)
 
 
 def table(kind: str, results: list[tuple[Timed, list[tuple[str, float, int, str]]]]) -> str:
@@ -136,14 +146,15 @@ def main(argv: list[str] | None = None) -> int:
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--cpu", action="store_true", help="the CPU figures (the 2-core CI machine)")
     where.add_argument("--gpu", action="store_true", help="the GPU figures (smoke cold, warm, compile-only)")
-    parser.add_argument("--update-readme", action="store_true", help="write today's table into the README")
+    parser.add_argument("--update-doc", "--update-readme", dest="update", action="store_true",
+                        help=f"write today's table into {DOC.relative_to(ROOT)}")
     parser.add_argument("--logs", type=Path, metavar="DIR", help="keep each run's whole output here")
     args = parser.parse_args(argv)
     kind = "gpu" if args.gpu else "cpu"
-    before = readme_figures(kind)
+    before = recorded_figures(kind)
     print(f"measuring the README's {kind.upper()} figures on {device(kind)}:")
     results = [(timed, run(timed, args.logs)) for timed in (GPU + readme_gpu_commands() if args.gpu else CPU)]
-    print(f"\n{'command':58} {'README':>12} {'today':>8}")
+    print(f"\n{'command':58} {'recorded':>12} {'today':>8}")
     for timed, rows in results:
         old = before.get(timed.command, [])
         for i, (_, took, code, _) in enumerate(rows):
@@ -152,14 +163,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{timed.command[:58]:58} {shown:>12} {took:>6.0f} s{status}")
     new = table(kind, results)
     print("\n" + new)
-    if args.update_readme:
-        text = README.read_text()
-        if _block(text, kind) is None:
-            print(f"the README has no <!-- measured:{kind} --> block to update", file=sys.stderr)
+    if args.update:
+        updated = with_table(DOC.read_text(), kind, new)
+        if updated is None:
+            print(f"{DOC.relative_to(ROOT)} has no <!-- measured:{kind} --> block to update", file=sys.stderr)
             return 2
-        README.write_text(re.sub(rf"(<!-- measured:{kind} -->\n).*?(<!-- /measured:{kind} -->)",
-                                 lambda m: m[1] + new + m[2], text, flags=re.S))
-        print(f"README.md: the {kind.upper()} table rewritten")
+        DOC.write_text(updated)
+        print(f"{DOC.relative_to(ROOT)}: the {kind.upper()} table rewritten")
     return 1 if any(code not in timed.exits for timed, rows in results for _, _, code, _ in rows) else 0
 
 

@@ -9,6 +9,9 @@
 #                                          # HunyuanVideo fwd; 2 % injected on HunyuanVideo fwd+bwd
 #   bash scripts/validation.sh OUT_DIR 3   # 2 % injected on the rest (decode+varlen, prefill in two parts); the
 #                                          # sustained profile again (its run-to-run spread); hbm on request
+#   bash scripts/validation.sh OUT_DIR fleet   # the committed selection once per GPU (g1-g4), each run's JSON kept:
+#                                              # repeats for the baseline from some GPUs, clean reruns on the others
+#   bash scripts/validation.sh OUT_DIR fleet2  # the same again, with 5 % injected on the run named inject5
 #
 # Runs start in the order listed. With fewer GPUs than runs a wave takes longer than one device call: give LIMIT_S
 # less, or run the named runs only: RUNS="clean1 aa-decode". Each run is stopped at LIMIT_S seconds (default 540)
@@ -45,8 +48,14 @@ elif [ "$wave" = 3 ]; then
   run[slow2-p1]="$prefill --attn-ab=same,same+slowdown=2% -k 'hunyuan and not fwdbwd'"
   run[sustained2]="$sustained; python3 scripts/sustained_check.py \$OUTDIR/run.json"
   run[hbm]="$pt examples/triton_attention --attn-profile=smoke --attn-backends=triton-example,sdpa-cudnn -k prefill --attn-hbm=llama --benchmark-json=\$OUTDIR/run.json --attn-report=\$OUTDIR/report"
+elif [ "$wave" = fleet ] || [ "$wave" = fleet2 ]; then
+  whole="$pt $suites \$SEL --benchmark-json=\$OUTDIR/run.json --attn-report=\$OUTDIR/report"
+  order="g1 g2 g3 g4"
+  [ "$wave" = fleet2 ] && order="inject5 g2 g3 g4"
+  for name in g1 g2 g3 g4; do run[$name]="$whole"; done
+  run[inject5]="$whole --attn-inject-slowdown=5%"
 else
-  echo "validation.sh: wave $wave is not 1, 2 or 3" >&2; exit 2
+  echo "validation.sh: wave $wave is not 1, 2, 3, fleet or fleet2" >&2; exit 2
 fi
 args=()
 for name in ${RUNS:-$order}; do

@@ -67,7 +67,7 @@ class FakeArm:
     def speed(self):  # +-5 % over the run, a full swing every ~3 s of fake time
         return 1 + 0.05 * math.sin(self.clock[0] * 2)
 
-    def ask(self, request):
+    def ask(self, request, within_s=None):
         self.log.append((self.label, request.op, (getattr(request, "pin", None) or {}).get("timer")))
         self.requests.append(request)
         if isinstance(request, Prepare):
@@ -283,8 +283,8 @@ def test_a_case_too_noisy_at_the_time_cap_goes_on_to_the_noise_cap():
 class JitteryArm(FakeArm):
     """Each block +-3 % off at random (a power-capped GPU's clock, block to block)."""
 
-    def ask(self, request):
-        answer = super().ask(request)
+    def ask(self, request, within_s=None):
+        answer = super().ask(request, within_s)
         if isinstance(request, Block):
             jitter = 1 + 0.03 * math.sin(len(self.log) * 2.399)  # deterministic, irregular
             answer = dataclasses.replace(answer, times=[t * jitter for t in answer.times])
@@ -487,9 +487,9 @@ def test_a_cut_short_a_b_does_not_say_no_regression(tmp_path):
 class SlowToPrepareArm(FakeArm):
     """Setting a case up takes 0.5 s of the fake clock, the record 0.25 s."""
 
-    def ask(self, request):
+    def ask(self, request, within_s=None):
         self.clock[0] += {"prepare": 0.5, "finish": 0.25}.get(request.op, 0.0)
-        return super().ask(request)
+        return super().ask(request, within_s)
 
 
 def test_the_a_b_says_where_its_time_went():
@@ -519,10 +519,10 @@ class RePlacedArm(PlacedArm):
         super().__init__(label, factor, clock, log, draw())
         self.base, self.draw = factor, draw
 
-    def ask(self, request):
+    def ask(self, request, within_s=None):
         if isinstance(request, Prepare) and request.replace:
             self.factor = self.base * (1 + self.draw())
-        return super().ask(request)
+        return super().ask(request, within_s)
 
 
 def _placed_case(b_factor, draw, judge):
@@ -651,11 +651,11 @@ def test_a_worker_with_no_room_for_a_new_place_keeps_its_set_up(monkeypatch):
 class CrowdedArm(RePlacedArm):
     """A replica with no room for a new set-up beside its old one."""
 
-    def ask(self, request):
+    def ask(self, request, within_s=None):
         if isinstance(request, Prepare) and request.replace:
             self.log.append((self.label, "no room", None))
             return PrepareAnswer(skip=f"{NO_ROOM} beside the set-up held: needs 8.10 GiB, 4.90 GiB is free")
-        return super().ask(request)
+        return super().ask(request, within_s)
 
 
 def test_no_room_for_new_places_goes_on_where_the_replicas_are():

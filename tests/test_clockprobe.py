@@ -114,8 +114,8 @@ class ClockedArm(FakeArm):
         super().__init__(label, factor, clock, log)
         self.offset, self.measured = offset, measured
 
-    def ask(self, request):
-        answer = super().ask(request)
+    def ask(self, request, within_s=None):
+        answer = super().ask(request, within_s)
         if isinstance(request, Block):
             jitter = 1 + 0.005 * math.sin(len(self.log) * 2.399)  # block to block, deterministic
             mhz = 1800.0 * (1 + self.offset) * jitter

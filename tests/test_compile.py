@@ -117,6 +117,27 @@ def test_independent_modules_are_handed_to_the_library_in_one_build():
     assert sum(line.startswith("  built m") for line in said) == 3
 
 
+def test_workers_of_one_host_split_the_first_calls_and_build_every_module():
+    class Many(Compiling):
+        def _wanted(self, case):
+            return [f"m{case.head_dim_qk}"]
+
+        def prepare(self, case, inputs):
+            self.in_first_call.append(case.head_dim_qk)
+            return super().prepare(case, inputs)
+
+    cases = [dense("fake-jit", d=d, dtype="bf16") for d in (32, 64, 128, 256, 96)]
+    mine = {}
+    for index in (0, 1):
+        backend = Many()
+        report = compile_phase([(c, backend) for c in cases], H200, lambda line: None, share=(index, 2))
+        mine[index] = sorted(backend.in_first_call)  # (made up to four at once)
+        assert backend.built == {"m32", "m64", "m128", "m256", "m96"}  # builds: every module (shared on disk)
+        assert report.first_calls == (len(mine[index]), 5)
+    assert mine == {0: [32, 96, 128], 1: [64, 256]}  # every kind called once, by one worker (kinds 0, 2, 4: 1, 3)
+    assert "then one call of 2 of the 5 kinds (this worker's share)" in report.lines()[0]
+
+
 def test_a_failed_build_skips_its_cases_with_the_compilers_last_lines():
     backend = Compiling(broken={"bad"})
     fp16 = dense("fake-jit", 64, 64, dtype="fp16")

@@ -21,11 +21,13 @@ def test_fingerprints():
                         "memory_gib: 140 (baseline) -> 80 (this run)"]
     epyc, xeon = (Fingerprint(name, 2, 24, kind="cpu") for name in ("AMD EPYC 9654", "Intel Xeon 8480"))
     assert differences(epyc, xeon)[0] == ["cpu: AMD EPYC 9654 (baseline) -> Intel Xeon 8480 (this run)"]
-    base = Fingerprint("NVIDIA H200", 132, 140, driver="580.159.04", flash_attn="2.8.3", flash_attn_4="4.0.0b36")
-    newer = Fingerprint("NVIDIA H200", 132, 140, driver="590.1", flash_attn="2.8.4", flash_attn_4="4.0.0")
+    base = Fingerprint("NVIDIA H200", 132, 140, driver="580.159.04",
+                       libraries={"flash-attn": "2.8.3", "flash-attn-4": "4.0.0b36"})
+    newer = Fingerprint("NVIDIA H200", 132, 140, driver="590.1",
+                        libraries={"flash-attn": "2.8.4", "flash-attn-4": "4.0.0"})
     assert differences(base, newer) == ([], ["driver: 580.159.04 (baseline) -> 590.1 (this run)",
-                                             "flash_attn: 2.8.3 (baseline) -> 2.8.4 (this run)",
-                                             "flash_attn_4: 4.0.0b36 (baseline) -> 4.0.0 (this run)"])
+                                             "flash-attn: 2.8.3 (baseline) -> 2.8.4 (this run)",
+                                             "flash-attn-4: 4.0.0b36 (baseline) -> 4.0.0 (this run)"])
     assert Fingerprint.from_dict(fp.as_dict()) == fp
     with pytest.raises(ValueError, match="needs a non-empty 'gpu' entry"):
         Fingerprint.from_dict({"sm_count": 1})

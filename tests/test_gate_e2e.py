@@ -123,7 +123,7 @@ def test_a_clean_rerun_is_same_and_five_percent_injected_is_slower(run, pytester
     assert slower.ret == pytest.ExitCode.TESTS_FAILED
     slower.stdout.fnmatch_lines([f"against */b/{KEY}/baseline.json at a 5.0% threshold: {count} SLOWER",
                                  "  test_attn?steady-*  +5.*%  +-*  SLOWER",
-                                 f"failed: {count} SLOWER (--attn-fail-on=slower,timer)"])
+                                 f"failed: {count} SLOWER (--attn-fail-on=slower,timer,missing)"])
     summary = (pytester.path / "rep" / "summary.md").read_text()
     assert summary.startswith(f"### pytest-attn: regression ({count} SLOWER)")
     assert (pytester.path / "rep" / "results.csv").exists()
@@ -175,18 +175,18 @@ def test_a_stored_outlier_repeat_is_left_out_of_the_noise(run, pytester):
 
 def test_missing_cases_fail_when_asked_and_a_run_matching_nothing_fails_when_the_baseline_is_named(run, pytester):
     count = _baseline(run, pytester)
-    fewer = run("-k", "tiny-mha")
-    fewer.stdout.fnmatch_lines([f"*1 SAME, {count - 1} MISSING*"])
+    fewer = run("-k", "tiny-mha")  # the others left out of the selection: UNSELECTED, not MISSING
+    fewer.stdout.fnmatch_lines([f"*1 SAME, {count - 1} UNSELECTED*"])
     assert fewer.ret == pytest.ExitCode.OK
-    assert run("-k", "tiny-mha", "--attn-fail-on=missing").ret == pytest.ExitCode.TESTS_FAILED
+    assert run("-k", "tiny-mha", "--attn-fail-on=unselected").ret == pytest.ExitCode.TESTS_FAILED
     pytester.makepyfile(test_other=SUITE)
     shutil.copytree(pytester.path / "b", pytester.path / "baselines")  # the default folder: stored, not named
     stored = [a for a in ARGS if not a.startswith("--attn-baselines-dir")]
     other = pytester.runpytest(*stored, "test_other.py")  # another selection than the stored one's: not gated
     assert other.ret == pytest.ExitCode.OK
-    other.stdout.fnmatch_lines([f"not gated: no case of this run is in the baseline */baselines/{KEY}/baseline.json"
-                                f" ({count} cases there, {count} here): nothing was compared -- *--attn-baseline=PATH"])
-    assert pytester.runpytest(*stored, "test_other.py", "--attn-fail-on=slower,missing").ret == \
+    other.stdout.fnmatch_lines([f"NOT GATED: no case of this run is in the baseline */baselines/{KEY}/baseline.json"
+                                f" ({count} cases there, {count} here): nothing was compared. *--attn-baseline=*"])
+    assert pytester.runpytest(*stored, "test_other.py", "--attn-fail-on=slower,unselected").ret == \
         pytest.ExitCode.TESTS_FAILED
     named_dir = run("test_other.py")  # the folder named with --attn-baselines-dir: a gate asked for must compare
     assert named_dir.ret == pytest.ExitCode.TESTS_FAILED

@@ -25,7 +25,7 @@ def _records():
 def test_plots_need_matplotlib(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     assert write_plots(tmp_path, _records()) == [
-        'plots skipped: matplotlib is not installed (pip install -e ".[plots]")']
+        'plots skipped: matplotlib is not installed (pip install matplotlib)']
 
 
 def test_plots_are_written(tmp_path):

@@ -11,6 +11,7 @@ from factories import attention_suite
 from fake_clock_runs import STEADY_CONFTEST, on_the_fake_clock
 
 from pytest_attn.core.record import Record
+from pytest_attn.plugin.session import not_loaded
 
 torch = pytest.importorskip("torch")
 
@@ -444,7 +445,7 @@ def test_benchmark_compare_shows_each_change_in_the_plugins_table_wherever_pytes
         (["--attn-cpu-threads=0"], "*--attn-cpu-threads must be positive, got '0'*"),
         (["--attn-inject-slowdown=fast"], "*--attn-inject-slowdown*'fast' is not a number or a percentage*"),
         (["--attn-fail-on=worse"], "*--attn-fail-on: 'worse' is not a list of verdicts: give one or more of slower,"
-                                   " timer, clock, ambiguous*"),
+                                   " timer, missing, clock, ambiguous*"),
         (["--attn-save-baseline", "--attn-add-to-baseline"],
          "*--attn-save-baseline and --attn-add-to-baseline: give one*"),
         (["--attn-cpu-threads=many"], "*--attn-cpu-threads must be a whole number, got 'many'*"),
@@ -517,8 +518,9 @@ def pytest_configure(config):
     missing = pytester.runpytest("-p", "no:pytest_attn.plugin", "-p", "no:cacheprovider")
     assert missing.ret == pytest.ExitCode.USAGE_ERROR
     missing.stderr.fnmatch_lines(["ERROR: pytest-attn is not loaded as a pytest plugin in this environment*install it"
-                                  " (pip install -e . in the checkout), or load it by name: pytest -p"
+                                  " in this environment (pip install *), or load it by name: pytest -p"
                                   " pytest_attn.plugin*"])
+    assert f"ERROR: {not_loaded()}" in missing.stderr.str()  # the copy imported here, by its folder
     assert "KeyError" not in missing.stdout.str() + missing.stderr.str()
     both = pytester.runpytest("-p", "pytest_attn.plugin", "-p", "no:cacheprovider")
     assert both.ret == pytest.ExitCode.OK, both.stderr.str()

@@ -18,7 +18,7 @@ pytest.importorskip("xdist")
 from factories import attention_suite
 
 from pytest_attn.plugin import workers
-from pytest_attn.plugin.handover import GPUS
+from pytest_attn.plugin.handover import GPUS, SEAT
 from pytest_attn.plugin.workers import check_workers, pin
 from pytest_attn.verdicts.merge import MergeError, merge_runs
 
@@ -27,11 +27,13 @@ UUIDS = ["GPU-aaaa", "GPU-bbbb"]
 
 def test_a_worker_takes_the_gpu_its_number_picks():
     env: dict[str, str] = {"CUDA_VISIBLE_DEVICES": "GPU-bbbb,GPU-aaaa"}
-    assert pin({"workerid": "gw1", GPUS: ["GPU-bbbb", "GPU-aaaa"]}, env) == (1, "GPU-aaaa")
+    seats = workers.Seats(2)
+    assert pin({"workerid": "gw1", GPUS: ["GPU-bbbb", "GPU-aaaa"], SEAT: seats.take("gw1")}, env) == (1, "GPU-aaaa")
     assert env["CUDA_VISIBLE_DEVICES"] == "GPU-aaaa"  # a UUID, never "1" of the whole machine
     assert pin({"workerid": "gw0", GPUS: []}, env) is None  # no GPU: the CPU profile, nothing to pin
+    seats.take("gw0")
     with pytest.raises(pytest.UsageError, match="worker gw2 has no GPU: 2 GPU"):
-        pin({"workerid": "gw2", GPUS: UUIDS}, {})
+        pin({"workerid": "gw2", GPUS: UUIDS, SEAT: seats.take("gw2")}, {})
 
 
 def test_more_workers_than_gpus_is_refused_with_the_numbers_and_the_fix():
@@ -41,11 +43,11 @@ def test_more_workers_than_gpus_is_refused_with_the_numbers_and_the_fix():
         " never share one. Use -n 2 or -n auto")
 
 
-def test_each_worker_is_told_the_gpus_in_order():
-    config = types.SimpleNamespace(stash={workers.CONTROLLER_GPUS: UUIDS})
-    node = types.SimpleNamespace(config=config, workerinput={"workerid": "gw0"})
+def test_each_worker_is_told_the_gpus_in_order_and_its_place():
+    config = types.SimpleNamespace(stash={workers.CONTROLLER_GPUS: UUIDS, workers.SEATS: workers.Seats(2)})
+    node = types.SimpleNamespace(config=config, workerinput={"workerid": "gw1"})
     workers.pytest_configure_node(node)
-    assert node.workerinput[GPUS] == UUIDS
+    assert node.workerinput[GPUS] == UUIDS and node.workerinput[SEAT] == 1
 
 
 def test_a_record_keeps_its_name_without_the_loadgroup_suffix():
@@ -116,10 +118,22 @@ def test_two_workers_give_the_same_benchmarks_and_rows_as_one_process(pytester, 
     one, names = one_process
     # --attn-shard=1/1 keeps every problem, and proves a shard's mark travels from the workers (that collect
     # and shard) to the controller (that writes the JSON)
-    two = pytester.runpytest_subprocess(*ARGS, "-n", "2", "--attn-shard=1/1", "--benchmark-json=two.json")
+    two = pytester.runpytest_subprocess(*ARGS, "-n", "2", "--attn-shard=1/1", "--benchmark-json=two.json", "-v")
     assert two.ret == pytest.ExitCode.OK
     second = json.loads((pytester.path / "two.json").read_text())
     assert {b["fullname"] for b in second["benchmarks"]} == names
+    # each problem whole on one worker (pytest-attn's scheduler; xdist's loadgroup split them: a worker re-parses
+    # the command line, where --dist is still "load", so the xdist_group marks were never added)
+    workers_of: dict[str, set[str]] = {}
+    group = {b["fullname"]: b["group"] for b in second["benchmarks"]}
+    for worker, nodeid in re.findall(r"^\[(gw\d)\] \[ *\d+%\] PASSED (\S+)", two.stdout.str(), re.M):
+        workers_of.setdefault(group[nodeid], set()).add(worker)
+    assert len(workers_of) == len(set(group.values())) and all(len(w) == 1 for w in workers_of.values())
+    assert len(set.union(*workers_of.values())) == 2  # both worked
+    two.stdout.fnmatch_lines(["pytest-attn: * problem(s) over 2 workers, longest first, each whole on one worker*",
+                              "worker gw0: started at * s, ready at * s; * case(s), * s of their own time, from * s"
+                              " to * s*", "worker gw1: *",
+                              "workers: the first ended at * s, the last at * s (* s apart)"])
     mark = second["attn_shard"]
     assert (mark["index"], mark["count"], mark["problems"]) == (1, 1, len({b["group"] for b in second["benchmarks"]}))
     assert all(b["extra_info"]["schema"] == "pytest-attn.record" for b in second["benchmarks"])
@@ -202,11 +216,12 @@ def test_a_worker_hands_its_records_to_the_controller():
                           GateOptions(Thresholds(), "auto", Path("baselines"), False, False, None))
     config = types.SimpleNamespace(stash={workers.ATTN_SESSION: session})
     collector = Collector(config)
-    report = types.SimpleNamespace(when="call", skipped=False,
+    report = types.SimpleNamespace(when="call", skipped=False, nodeid="t.py::test[a]",
                                    user_properties=[(RECORD, json.dumps(r.to_json()))])
     collector.pytest_runtest_logreport(report)
     collector.pytest_runtest_logreport(report)  # reported twice (a rerun plugin): kept once
-    skipped = types.SimpleNamespace(when="setup", skipped=True, user_properties=[(SKIP, "no CUDA device")])
+    skipped = types.SimpleNamespace(when="setup", skipped=True, nodeid="t.py::test[b]",
+                                    user_properties=[(SKIP, "no CUDA device")])
     collector.pytest_runtest_logreport(skipped)
     assert session.results.records == [r] and session.results.skips == ["no CUDA device"]
 

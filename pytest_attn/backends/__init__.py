@@ -24,7 +24,7 @@ from .base import Backend, QuietWarning, Registry, RegistryError, Unsupported, r
 from .flash_attn import FA4_QUIET, FLASH_ATTN_BACKENDS
 from .flashinfer import PREFILL_BACKENDS
 from .flashinfer_paged import PAGED_BACKENDS
-from .registration import register_entry_points, register_from_file, register_from_hooks
+from .registration import installed_versions, register_entry_points, register_from_file, register_from_hooks
 from .torch_flex import FlexBackend
 from .torch_padded import SdpaPaddedBackend
 from .torch_sdpa import SDPA_BACKENDS, SdpaBackend, SdpaLoopBackend
@@ -73,5 +73,6 @@ __all__ = [
     "Unsupported",
     "assemble_registry",
     "builtin_registry",
+    "installed_versions",
     "refusal",
 ]

@@ -10,7 +10,10 @@ A back end answers three questions and builds one callable:
   When the library itself refuses the case at call time, raise :class:`Unsupported` with its
   words; the case is skipped with them.
 
-Optional attributes: ``only_suites`` (the suite kinds it takes part in; all when absent),
+Optional attributes: ``distribution`` (the Python distribution whose code it measures, as pip names it:
+"flash-attn", "my-kernels"; its installed version goes into baseline fingerprints and A/B reports; None or
+absent for PyTorch's own calls, whose torch version is recorded anyway), ``only_suites`` (the suite kinds it
+takes part in; all when absent),
 ``expression(case)`` (how it passes the mask, for the mask suite), ``empty_rows`` (what it writes for
 a query that sees no key: "zero", "nan", or "any" when undocumented; the fuzzer checks it, and avoids
 such rows for "any"), and, for a library that compiles kernels on first use, ``missing_modules(case,
@@ -23,6 +26,7 @@ Library imports happen inside methods, never at module import.
 from __future__ import annotations
 
 import contextlib
+import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -92,6 +96,8 @@ class Backend(Protocol):
     needs_cuda: bool
     has_backward: bool
     default_enabled: bool
+    #: The distribution it measures (optional: a back end without it is read as None, see :func:`distribution_of`)
+    distribution: str | None
 
     def available(self) -> str | None: ...
 
@@ -108,6 +114,17 @@ REQUIRED = ("name", "description", "layout", "needs_cuda", "has_backward", "defa
 
 class RegistryError(ValueError):
     pass
+
+
+def canonical_distribution(name: str) -> str:
+    """A distribution's name as pip compares it (PEP 503): ``flash_attn`` and ``Flash.Attn`` are ``flash-attn``."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def distribution_of(backend: Any) -> str | None:
+    """The distribution ``backend`` measures, canonical (None: PyTorch's own, or not said)."""
+    name = getattr(backend, "distribution", None)
+    return canonical_distribution(name) if name else None
 
 
 class Registry:
@@ -145,6 +162,10 @@ class Registry:
         if backend.layout not in LAYOUTS:
             raise RegistryError(f"back end {backend.name!r}: layout={backend.layout!r} is not one of"
                                 f" {', '.join(LAYOUTS)}")
+        dist = getattr(backend, "distribution", None)
+        if dist is not None and (not isinstance(dist, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", dist)):
+            raise RegistryError(f"back end {backend.name!r}: distribution={dist!r} is not a distribution's name; give"
+                                " the name pip installs its package by (e.g. 'my-kernels'), or None")
         if backend.name in self._by_name:
             raise RegistryError(f"back end {backend.name!r} is registered twice")
         self._by_name[backend.name] = backend
@@ -157,6 +178,10 @@ class Registry:
 
     def names(self) -> list[str]:
         return list(self._by_name)
+
+    def distributions(self) -> list[str]:
+        """The distributions its back ends measure, each once (canonical names, in registration order)."""
+        return list(dict.fromkeys(d for d in map(distribution_of, self) if d))
 
     def default_names(self) -> list[str]:
         return [n for n, b in self._by_name.items() if b.default_enabled]

@@ -50,6 +50,7 @@ class Generation:
     key: str
     module: str
     label: str
+    distribution: str  # what pip installs it as
     install: str
     archs: tuple[tuple[int, int], ...]  # exact compute capabilities, or () for "sm80 and newer"
     dtypes: tuple[str, ...]
@@ -64,14 +65,14 @@ class Generation:
     refusals: tuple[type[Exception], ...] = ()
 
 
-FA2 = Generation("fa2", "flash_attn", "flash-attn", "pip install flash-attn --no-build-isolation", (),
+FA2 = Generation("fa2", "flash_attn", "flash-attn", "flash-attn", "pip install flash-attn --no-build-isolation", (),
                  ("fp16", "bf16"))
-FA3 = Generation("fa3", "flash_attn_interface", "flash-attn 3 (flash_attn_interface)",
+FA3 = Generation("fa3", "flash_attn_interface", "flash-attn 3 (flash_attn_interface)", "flash-attn-3",
                  "build it from flash-attention/hopper: cd hopper && python setup.py install", ((9, 0),),
                  ("fp16", "bf16", "fp8"))
-FA4 = Generation("fa4", "flash_attn.cute", "flash-attn 4 (flash_attn.cute)", "pip install flash-attn-4",
-                 ((9, 0), (10, 0), (10, 3)), ("fp16", "bf16"), unbounded=None, head_dim_multiple=8,
-                 fuzz_head_dims=(64, 128), refusals=(AssertionError,))
+FA4 = Generation("fa4", "flash_attn.cute", "flash-attn 4 (flash_attn.cute)", "flash-attn-4",
+                 "pip install flash-attn-4", ((9, 0), (10, 0), (10, 3)), ("fp16", "bf16"), unbounded=None,
+                 head_dim_multiple=8, fuzz_head_dims=(64, 128), refusals=(AssertionError,))
 
 #: The CuTe DSL warns once per kernel it compiles that FA4's ``AuxData`` argument "cannot be converted to a
 #: JitArgument" (dozens per run; FA4 passes it as a compile-time constant on purpose). Not the user's
@@ -127,6 +128,10 @@ class _FlashAttn:
     @property
     def description(self) -> str:
         return f"{self.gen.module}.{self.function}"
+
+    @property
+    def distribution(self) -> str | None:
+        return self.gen.distribution
 
     @property
     def fuzz_head_dims(self) -> tuple[int, ...] | None:

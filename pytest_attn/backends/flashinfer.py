@@ -90,6 +90,7 @@ class FlashInferCall:
     needs_cuda: ClassVar[bool] = True
     has_backward: ClassVar[bool] = False
     default_enabled: ClassVar[bool] = True
+    distribution: ClassVar[str | None] = "flashinfer-python"
     only_suites: ClassVar[tuple[str, ...]] = ()
     empty_rows: ClassVar[str] = "any"  # it refuses seqlen_q > seqlen_k, the only way a row sees no key
 

@@ -1,5 +1,5 @@
 """FlashInfer's paged calls: a KV cache in pages of 16 or 256 keys, in a shuffled page order as a
-serving engine's allocator leaves it (:mod:`.paged` builds it, once, outside the timed call).
+serving engine's allocator leaves it (:mod:`.kvcache` builds it, once, outside the timed call).
 
 * :class:`FlashInferPaged` (``flashinfer-paged``) -- ``BatchPrefillWithPagedKVCacheWrapper``: several
   queries per sequence (speculative decoding, chunked prefill);

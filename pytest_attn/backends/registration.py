@@ -1,14 +1,28 @@
 """Back ends from outside the plugin: the ``pytest_attn_register_backends`` hook and the
-``pytest_attn.backends`` entry-point group. Any problem is a start-up error naming its source."""
+``pytest_attn.backends`` entry-point group. Any problem is a start-up error naming its source. And what the
+registered back ends measure: the installed version of each one's distribution (:func:`installed_versions`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from importlib import metadata
 from typing import Any
 
 from .base import Registry, RegistryError
 
 ENTRY_POINT_GROUP = "pytest_attn.backends"
+
+
+def installed_versions(distributions: Iterable[str]) -> dict[str, str]:
+    """Each of ``distributions`` (``Registry.distributions()``) installed here, with its version: what a
+    fingerprint records of the libraries under test. One not installed is left out (its back ends skip)."""
+    found = {}
+    for name in distributions:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
 
 
 def _backends_of(obj: Any) -> list[Any]:
@@ -25,9 +39,7 @@ def register_entry_points(registry: Registry, entry_points: Iterable[Any] | None
     """Register the back ends of every installed ``pytest_attn.backends`` entry point; returns
     their sources. Raises :class:`RegistryError` naming the entry point that failed."""
     if entry_points is None:
-        from importlib.metadata import entry_points as all_entry_points
-
-        entry_points = all_entry_points(group=ENTRY_POINT_GROUP)
+        entry_points = metadata.entry_points(group=ENTRY_POINT_GROUP)
     sources = []
     for ep in entry_points:
         source = f"entry point {ep.name!r} ({ep.value}) of group {ENTRY_POINT_GROUP}"

@@ -61,6 +61,7 @@ class FlexBackend:
     needs_cuda = True
     has_backward = True
     default_enabled = True
+    distribution: str | None = None  # PyTorch's own
     empty_rows = "any"  # not verified on a GPU here: the fuzzer gives flex no rows without keys
 
     def __init__(self) -> None:

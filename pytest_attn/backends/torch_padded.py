@@ -46,6 +46,7 @@ class SdpaPaddedBackend:
     needs_cuda = False
     has_backward = False
     default_enabled = True
+    distribution: str | None = None  # PyTorch's own
     empty_rows = "any"
     only_suites = ("decode",)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ..core.case import AttnCase
 from ..core.device import DeviceInfo
@@ -47,6 +47,7 @@ class SdpaBackend:
     layout = "bhsd"
     has_backward = True
     default_enabled = True
+    distribution: ClassVar[str | None] = None  # PyTorch's own (its version is the fingerprint's torch)
     empty_rows = "any"  # SDPA documents no value for a fully masked row: the fuzzer avoids them
 
     @property
@@ -146,6 +147,7 @@ class SdpaLoopBackend:
     needs_cuda = False
     has_backward = True
     default_enabled = True
+    distribution: str | None = None  # PyTorch's own
     empty_rows = "any"
     only_suites = ("varlen", "decode")
 

@@ -46,6 +46,7 @@ class VarlenBackend:
     needs_cuda = True
     has_backward = True
     default_enabled = True
+    distribution: str | None = None  # PyTorch's own
     empty_rows = "zero"  # flash-attn kernels underneath
 
     def available(self) -> str | None:

@@ -17,11 +17,12 @@ from .base import ForwardFn
 
 class ReferenceBackend:
     name = "reference"
-    description = "upcast fp32 reference: explicit softmax(q k^T) v per sequence (pytest_attn.reference)"
+    description = "upcast fp32 reference: explicit softmax(q k^T) v per sequence (pytest_attn.oracle.reference)"
     layout = "thd"
     needs_cuda = False
     has_backward = True
     default_enabled = False
+    distribution: str | None = None  # PyTorch's own
     empty_rows = "zero"
 
     def available(self) -> str | None:

@@ -12,6 +12,7 @@ imports from none of them.
 Modules: :mod:`.case`, :mod:`.catalog`, :mod:`.adhoc` (``--attn-case``), :mod:`.codec`, :mod:`.masks`,
 :mod:`.mask_formats`, :mod:`.mask_tensors`, :mod:`.layouts`, :mod:`.flops`, :mod:`.peaks`, :mod:`.metrics`,
 :mod:`.device`, :mod:`.kernel_names`, :mod:`.stats`, :mod:`.throttle`, :mod:`.sustained` (the sustained figure),
-:mod:`.record`, :mod:`.converters` and :mod:`.percent` (command-line values), :mod:`.files` (JSON read, files
-written atomically).
+:mod:`.record`, :mod:`.schedule` (what each test is expected to cost, problems handed to workers longest first),
+:mod:`.converters` and :mod:`.percent` (command-line values), :mod:`.files` (JSON read, files written atomically,
+never through a planted link), :mod:`.journal` (each measured case kept on disk as it ends).
 """

@@ -3,29 +3,36 @@ any malformed one into an :class:`InputError` that names it. :func:`write_atomic
 at all: through a temporary file in the same folder, flushed to disk and renamed over the target, so a full
 disk, a signal or a crash mid-write leaves the old file or none -- never a truncated one. The file gets the
 mode a plain ``open`` would give it (0666 less the umask), not ``mkstemp``'s 0600: others on a shared CI host
-can read what the run wrote."""
+can read what the run wrote.
+
+A folder a run writes into is not always one it made: a report folder, the baselines, a shared CI scratch space.
+Nothing here writes *through* a symbolic link planted there: :func:`write_atomic` renames its temporary file over
+the name (which replaces a link, never writes into its target), and :func:`probe_writable` proves a folder takes a
+file with a name of its own, created exclusively (``O_CREAT | O_EXCL | O_NOFOLLOW``)."""
 
 from __future__ import annotations
 
 import codecs
 import json
 import os
+import secrets
 import tempfile
 from pathlib import Path
 from typing import Any
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all; raises the OSError of a failed write, naming ``path``
-    (the temporary file removed, ``path`` as it was)."""
+def write_atomic(path: Path, text: str | bytes) -> None:
+    """Write ``text`` (str as UTF-8, or bytes) to ``path`` whole or not at all; raises the OSError of a failed
+    write, naming ``path`` (the temporary file removed, ``path`` as it was). A symbolic link at ``path`` is
+    replaced by the file, its target left as it was."""
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror, str(path)) from None
     try:
         os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(text.encode("utf-8") if isinstance(text, str) else text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -35,6 +42,21 @@ def write_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+#: The start of the name of :func:`probe_writable`'s file (the rest is this process's and random).
+PROBE_PREFIX = ".pytest-attn-write-test"
+NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0)  # (POSIX; O_EXCL alone refuses a link on Windows too)
+
+
+def probe_writable(folder: Path) -> None:
+    """Prove ``folder`` takes a new file: create one of a name no one else has (this process's id and random
+    bits), exclusively and without following a link (``O_CREAT | O_EXCL | O_NOFOLLOW``), then remove it. Raises
+    the OSError of a folder that cannot be written. A name planted there beforehand is never opened."""
+    probe = folder / f"{PROBE_PREFIX}-{os.getpid()}-{secrets.token_hex(6)}"
+    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NO_FOLLOW, 0o600)
+    os.close(fd)
+    probe.unlink()
 
 
 def _umask() -> int:

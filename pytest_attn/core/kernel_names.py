@@ -65,9 +65,8 @@ def check_kernels(names: Sequence[str], must: Iterable[str] = (), must_not: Iter
     return "; ".join(problems) + f" (kernels that ran: {ran})"
 
 
-#: The driver's own copy kernels: a copy may run on the SMs as one of these rather than on a copy engine. On an
-#: H200 (2026-11-24), in one arm process of several, the CUDA graph of a FA2 decode call (flash_attn_with_kvcache,
-#: batch 1) replayed ``memcpy32_post`` beside the eager call's two kernels; other traces show ``memcpy128``.
+#: The driver's own copy kernels: a copy may run on the SMs as one of these rather than on a copy engine (a FA2
+#: decode call's graph replayed ``memcpy32_post`` beside its two kernels: docs/gpu-validation.md#the-paired-ab).
 _DRIVER_COPY = re.compile(r"memcpy\d+(_\w+)?( kernel)?")
 
 

@@ -77,6 +77,7 @@ class Timing:
     host_gap: float | None = None  # a call of 5 ms or more: the share of its events reading the GPU idled (1 - kernels
     # of one profiled call / the warm-up's events estimate): what of an events figure moves with the host
     kernels_s: float | None = None  # a call of 5 ms or more: one profiled call's kernels (s), where they were read
+    repeats_gpu: tuple[str, ...] = ()  # the GPU (UUID) of each of ``repeats_s`` ("" unknown; () not recorded)
 
     @property
     def pin(self) -> TimerPin:

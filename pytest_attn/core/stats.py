@@ -139,8 +139,8 @@ def placement_variance(a: Sequence[float], b: Sequence[float], strata: Sequence[
     """What the strata's means differ by beyond their own noise, as a variance of their mean (log ratio
     squared): ``max(0, Var(stratum means) / S - SE^2)``, with ``SE`` :func:`stratified_log_ratio`'s. Two
     replicas whose means differ by ``d``: ``max(0, d^2 / 4 - SE^2)``. A paired A/B adds it to its noise: where
-    a process's data sit moves a case by a draw of its own (an H100 A/A: 28 of 206 cases with replicas more
-    than three standard errors apart, up to 2.2 %), and two draws per arm average it only so far."""
+    a process's data sit moves a case by a draw of its own, and two draws per arm average it only so far
+    (docs/gpu-validation.md#the-paired-ab)."""
     if not strata or len(set(strata)) < 2:
         return 0.0
     groups = log_ratios_by_stratum(a, b, strata)
@@ -159,9 +159,8 @@ def clock_sensitivity(time_ratios: Sequence[float], clock_ratios: Sequence[float
     (cycles fixed), 0 for one bound by memory (time fixed) -- with the slope's standard error. None where the
     clock ratios do not vary within a stratum (nothing to fit: the caller keeps cycles).
 
-    At a power cap the clock moves block by block, so the pairs' clock ratios spread and the slope is seen. On
-    an H100 (2026-11-26) a 64 x 32,768-key decode step came out at 0.02-0.05 (its time did not move with the
-    clock: in cycles an A/A read -1.6 to -2.0 % and a 2 % slowdown +1.3 %), a compute-bound prefill 0.7-0.9."""
+    At a power cap the clock moves block by block, so the pairs' clock ratios spread and the slope is seen (a
+    memory-bound decode step near 0, a compute-bound prefill near 1: docs/gpu-validation.md#the-paired-ab)."""
     if not len(time_ratios) == len(clock_ratios) or (strata and len(strata) != len(time_ratios)):
         raise ValueError(f"{len(time_ratios)} time ratios, {len(clock_ratios)} clock ratios, {len(strata)} strata")
     y = [math.log(r) for r in time_ratios]

@@ -11,7 +11,9 @@ with the compiler's last lines.
 2. Build those modules in parallel.
 3. Make each kind of call once: this loads what was built and compiles whatever a call needs beyond
    its first module (FlashInfer's custom masks: a bit-packing module), with a line for any that takes
-   a while.
+   a while. Several workers of one host (``share``) split these calls: each makes its share, the kernels it
+   compiles land in the libraries' disk caches for the others, and a case of a kind a worker did not call
+   makes its first call in its own warm-up (a load from the cache, where another worker compiled it).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class CompileReport:
     first_calls_s: float = 0.0  # of wall_s: one call of each kind, after the parallel builds
     more: list[str] = field(default_factory=list)  # modules those first calls compiled
     blocked: dict[str, str] = field(default_factory=dict)  # case id -> why it cannot run here
+    first_calls: tuple[int, int] = (0, 0)  # kinds of call made here, of all kinds (fewer: a worker's share)
 
     def lines(self) -> list[str]:
         if not self.builds:
@@ -60,8 +63,10 @@ class CompileReport:
         by_lib = sorted({b.module.library for b in self.builds})
         head = (f"compile: {len(self.builds)} {'/'.join(by_lib)} module(s) built in parallel before the first"
                 f" sample in {self.wall_s:.1f} s")
+        made, kinds = self.first_calls
+        each = "of each kind" if made == kinds else f"of {made} of the {kinds} kinds (this worker's share)"
         out = [head + (f"; {len(failed)} failed, their cases skipped" if failed else "")
-               + f"; then one call of each kind, {self.first_calls_s:.1f} s"
+               + f"; then one call {each}, {self.first_calls_s:.1f} s"
                + (f", compiling {len(set(self.more))} more" if self.more else "")]
         out += [f"  {b.module.name}: {'FAILED after' if b.error else 'built after'} {b.seconds:.1f} s"
                 for b in self.builds]
@@ -89,9 +94,11 @@ def representative(case: AttnCase) -> AttnCase:
 Group = list[tuple[AttnCase, Backend]]
 
 
-def compile_phase(cases: Iterable[tuple[AttnCase, Backend]], device: DeviceInfo, say: Callable[[str], None]
-                  ) -> CompileReport:
-    """Find and build every module the ``cases`` need that is not built yet; ``say`` prints progress."""
+def compile_phase(cases: Iterable[tuple[AttnCase, Backend]], device: DeviceInfo, say: Callable[[str], None],
+                  share: tuple[int, int] | None = None) -> CompileReport:
+    """Find and build every module the ``cases`` need that is not built yet; ``say`` prints progress. ``share``
+    (index, count): one of ``count`` workers of a host, which makes the first calls of every ``count``-th kind
+    from its ``index``."""
     report = CompileReport()
     if not device.is_cuda:
         return report
@@ -109,8 +116,10 @@ def compile_phase(cases: Iterable[tuple[AttnCase, Backend]], device: DeviceInfo,
             if module in failed:
                 for group in groups:
                     report.blocked.update((case.id, failed[module]) for case, _ in group)
-    _first_calls([g for g in kinds.values() if not any(c.id in report.blocked for c, _ in g)], device, say,
-                 report)
+    groups = [g for g in kinds.values() if not any(c.id in report.blocked for c, _ in g)]
+    mine = groups if share is None else [g for i, g in enumerate(groups) if i % share[1] == share[0]]
+    report.first_calls = (len(mine), len(groups))
+    _first_calls(mine, device, say, report)
     report.wall_s = time.perf_counter() - started
     return report
 

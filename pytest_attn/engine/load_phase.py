@@ -22,9 +22,8 @@ REPLAY_S = 0.05
 MAX_CALLS = 4000
 #: Once settled, the phase goes on this long: the figures are over at least this much settled load.
 SETTLED_FOR_S = 1.5
-#: ... and this many calls: NVML's energy counter steps coarsely, and over few long calls it misses. On an H100
-#: (2026-11-26) FA2's HunyuanVideo fwd (0.42 s a call) settled for 3 calls read 258 J a call where the counter
-#: over 20 calls read 284 J (-9 %; over 4 calls in another run: -1 %); cuDNN's, 7 calls, -5 %.
+#: ... and this many calls: NVML's energy counter steps coarsely, and over few long calls it misses (by 9 % over
+#: three 0.42 s calls: docs/gpu-validation.md#sustained-load).
 SETTLED_CALLS = 10
 #: The shortest phase: a load that looks settled at once (a light kernel far from the cap) is still watched.
 MIN_PHASE_S = 2.0

@@ -24,6 +24,7 @@ from ..core.throttle import assess
 from ..oracle.cache import check_cache
 from ..oracle.checks import check_finite, check_rows, only_rows_with_keys
 from ..oracle.grad_check import check_grad_rows
+from .failures import no_graph, user_call
 from .inputs import make_inputs, make_step, torch_device
 from .load_phase import run_load_phase
 from .nvml import Nvml
@@ -36,7 +37,7 @@ from .profiler import (
     write_trace,
 )
 from .sampling import Sampling, WarmupReport, sample_until, warm_up
-from .settings import CaseFailed, CaseSkipped, RunSettings, required_bytes
+from .settings import CaseFailed, RunSettings, TooLongHere, required_bytes
 from .spotcheck import SpotCheck, check_clocks, spot_count, watched_call
 from .timers import (
     BuiltTimer,
@@ -72,13 +73,15 @@ def _setup(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSe
 
     first = make_inputs(case, backend.layout, torch_device(device), requires_grad=case.direction == "fwd+bwd",
                         seed=0)
-    forward = backend.prepare(case, first)  # may raise Unsupported with the library's words
+    # may raise Unsupported with the library's words; its own failure, or the call's, reads as three lines
+    forward = user_call(case, "prepare", lambda: backend.prepare(case, first))
+
     def call() -> tuple[Any, tuple[Any, ...] | None, float, tuple[int, int]]:
         t0 = time.perf_counter()
         with torch.set_grad_enabled(case.direction == "fwd+bwd"):
-            out, digest = watched_call(forward, first, device, case, "the first time it was called")
-            grads = tuple(torch.autograd.grad(out, (first.q, first.k, first.v), first.grad_out)) \
-                if case.direction == "fwd+bwd" else None
+            out, digest = user_call(case, "forward", lambda: watched_call(forward, first, device, case,
+                                                                          "the first time it was called"))
+            grads = _backward(case, out, first) if case.direction == "fwd+bwd" else None
         _sync(device)
         return out, grads, time.perf_counter() - t0, digest
 
@@ -98,6 +101,17 @@ def _setup(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSe
     del out, grads
     spot = SpotCheck(case, forward, first, device, backend.layout, last=digest) if settings.verify else None
     return Setup(make_step(case, forward, first), check, spot)
+
+
+def _backward(case: AttnCase, out: Any, inputs: Any) -> tuple[Any, ...]:
+    """dq, dk, dv of the first call's output; :class:`CaseFailed` in three lines where the back end's backward
+    fails, or its output has no graph to run one on."""
+    import torch
+
+    if not getattr(out, "requires_grad", False):
+        raise CaseFailed(no_graph(case))
+    return user_call(case, "backward", lambda: tuple(torch.autograd.grad(out, (inputs.q, inputs.k, inputs.v),
+                                                                         inputs.grad_out)))
 
 
 def _sync(device: DeviceInfo) -> None:
@@ -132,10 +146,10 @@ def _refuse_slow_cpu_call(case: AttnCase, step_s: float, settings: RunSettings) 
     """A CPU case whose timed step takes longer than a call may here: measuring it would take some 20
     calls, and a call in torch's C++ cannot be interrupted."""
     if step_s > settings.cpu_call_limit_s:
-        raise CaseSkipped(
+        gflop = flops.flops(case) / 1e9
+        raise TooLongHere(
             f"one call takes {step_s:.1f} s on this CPU, over the {settings.cpu_call_limit_s:g} s a call may take"
-            " here (a measurement makes some 20 calls); skipped. Run it on a GPU, or use --attn-profile=cpu"
-            " (tiny shapes)")
+            " here (a measurement makes some 20 calls); skipped.", gflop, gflop * settings.cpu_call_limit_s / step_s)
 
 
 def _timer(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings, free: int | None,
@@ -181,9 +195,8 @@ def _timer(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSe
 
 
 #: A long call whose events read this much more than its kernels leaves the GPU idle while the host launches (or
-#: waits): its events figure moves with the host. On an H100, FA4's varlen fwd+bwd (32 ragged sequences) read 7.0-7.2
-#: ms by events against 6.6-7.0 ms of kernels (its host took 0.9-1.2 ms to launch a call), and 7.5-7.6 ms in the
-#: baseline recorded on another host of the same GPU model: a clean rerun read it 5-8 % faster.
+#: waits): its events figure moves with the host (5-8 % between two H100 hosts:
+#: docs/gpu-validation.md#the-stored-baseline-gate).
 HOST_GAP = 0.03
 
 

@@ -22,10 +22,18 @@ from .measure import _setup, measure
 from .nvml import NoNvml, Nvml
 from .probe import host_free_bytes
 from .profiler import profile_kernels
-from .settings import CPU_ATTENTION_SHARE, CPU_CALL_LIMIT_S, CaseFailed, CaseSkipped, RunSettings, required_bytes
+from .settings import (
+    CPU_ATTENTION_SHARE,
+    CPU_CALL_LIMIT_S,
+    CaseFailed,
+    CaseSkipped,
+    RunSettings,
+    TooLongHere,
+    required_bytes,
+)
 
-__all__ = ["CPU_ATTENTION_SHARE", "CPU_CALL_LIMIT_S", "CaseFailed", "CaseSkipped", "RunSettings", "case_kernels",
-           "check_can_run", "check_case", "required_bytes", "run_case"]
+__all__ = ["CPU_ATTENTION_SHARE", "CPU_CALL_LIMIT_S", "CaseFailed", "CaseSkipped", "RunSettings", "TooLongHere",
+           "case_kernels", "check_can_run", "check_case", "required_bytes", "run_case"]
 
 T = TypeVar("T")
 
@@ -53,12 +61,12 @@ def check_can_run(case: AttnCase, backend: Backend, device: DeviceInfo, free_byt
     if rate and settings is not None:
         estimate_s = flops.flops(case) / (rate * CPU_ATTENTION_SHARE * 1e9)
         if estimate_s > settings.cpu_call_limit_s:
-            raise CaseSkipped(
-                f"one call is {flops.flops(case) / 1e9:,.1f} GFLOP: about {_duration(estimate_s)} on this CPU (a"
-                f" {case.dtype} matmul runs at {rate:.0f} GFLOP/s here, attention at about {CPU_ATTENTION_SHARE:.0%} of"
-                f" that), over the {settings.cpu_call_limit_s:g} s a call may take here; skipped before starting."
-                " Run it on a GPU, or use --attn-profile=cpu (tiny shapes)"
-            )
+            gflop = flops.flops(case) / 1e9
+            raise TooLongHere(
+                f"one call is {gflop:,.1f} GFLOP: about {_duration(estimate_s)} on this CPU (a {case.dtype} matmul"
+                f" runs at {rate:.0f} GFLOP/s here, attention at about {CPU_ATTENTION_SHARE:.0%} of that), over the"
+                f" {settings.cpu_call_limit_s:g} s a call may take here; skipped before starting.",
+                gflop, gflop * settings.cpu_call_limit_s / estimate_s)
 
 
 def _duration(seconds: float) -> str:
@@ -105,18 +113,19 @@ def _guarded(case: AttnCase, backend: Backend, device: DeviceInfo, settings: Run
     """``work(free_bytes)`` after the can-it-run checks; any failure becomes CaseSkipped or CaseFailed
     once the case's memory is released."""
     free = make_room(case, backend, device, settings)
-    skipped: str | None = None
+    skipped: CaseSkipped | None = None
     failed: str | None = None
     try:
         return work(free)
-    except (CaseSkipped, Unsupported) as exc:
-        skipped = str(exc)
+    except (CaseSkipped, Unsupported) as exc:  # a fresh one: the caught one's frames hold the case's tensors
+        skipped = TooLongHere(exc.what, exc.gflop, exc.fits_gflop) if isinstance(exc, TooLongHere) else \
+            CaseSkipped(str(exc))
     except CaseFailed as exc:
         failed = str(exc)
     except Exception as exc:
         failed = describe_failure(case, exc)
     if skipped is not None:  # refused before much was made: the next case collects only if it is short
-        raise CaseSkipped(skipped)
+        raise skipped
     # A failure's frames (holding the case's tensors, an out-of-memory maybe) are gone here: free them now.
     _release(device)
     raise CaseFailed(failed)

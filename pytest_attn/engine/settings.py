@@ -20,6 +20,19 @@ class CaseSkipped(Exception):
     """The case cannot run here; the message says why and what to do."""
 
 
+class TooLongHere(CaseSkipped):
+    """One call of the case would take (or took) longer on this CPU than a call may: ``what`` says so and why,
+    ``gflop`` is its work, ``fits_gflop`` the work a call may have here. The message ends in advice true anywhere
+    (a GPU, or a smaller shape); the caller, which knows where the case came from (a profile, ``--attn-case``),
+    may give better (:attr:`what` without it)."""
+
+    ADVICE = "Run it on a GPU, or give it a smaller shape"
+
+    def __init__(self, what: str, gflop: float, fits_gflop: float) -> None:
+        super().__init__(f"{what} {self.ADVICE}")
+        self.what, self.gflop, self.fits_gflop = what, gflop, fits_gflop
+
+
 class CaseFailed(Exception):
     """The case ran and failed (wrong output, out of memory, a back-end error)."""
 

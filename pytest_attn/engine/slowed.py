@@ -13,10 +13,8 @@ them; long cases timed with events differ from it by under ~1 %). Matmul sizes a
 smallest up; the largest whose single product takes at most a quarter of that is repeated
 ``round(f x T / unit)`` times (so rounding costs at most an eighth of the extra time). Where even the
 smallest product is longer than the whole target, one is run and the injected share is what it is -- the
-description says how much was asked and how much was planned (on an H200, decode steps under ~26 us,
-where a 32^2 product's ~2 us of kernel is already over 5 %). On the H200 (2026-11-23) 5 % asked slowed
-the 90 of 113 cases planned within a point of it by a median +5.2 %, power-capped HunyuanVideo by +3.3
-to +6.5 %.
+description says how much was asked and how much was planned (decode steps under ~26 us, where a 32^2
+product's ~2 us of kernel is already over 5 %). What it did on a GPU: docs/gpu-validation.md#the-stored-baseline-gate.
 Names are unchanged, so the gate compares the slowed run with the stored baseline.
 """
 
@@ -35,8 +33,8 @@ from .profiler import device_seconds
 
 SIZES = (4096, 2048, 1024, 512, 256, 128, 64, 32)
 MIN_REPEATS = 4
-#: A step longer than this is calibrated on two traced calls, not three runs of five (on an H200, timing
-#: HunyuanVideo's 1.5 s fwd+bwd step 16 times made a 5 %-injected run's set-up 104 s instead of 10 s).
+#: A step longer than this is calibrated on two traced calls, not three runs of five (timing a 1.5 s step 16
+#: times made an injected run's set-up ten times longer: docs/gpu-validation.md#the-stored-baseline-gate).
 LONG_STEP_S = 0.05
 
 
@@ -77,8 +75,8 @@ class ExtraWork(Protocol):
 class MatmulWork:
     """Real matrix products: bf16 on a GPU, fp32 on a CPU. On a GPU the step and the products are timed
     by their device time (CUPTI), the currency of the kernel-sum timer that short cases use: timed with
-    events, a 32^2 product read 13.5 us of launch overhead for ~2 us of kernel, so on an H200 5 % asked
-    added 0 to 2.4 % to 49 of 113 cases (in device time: a median +5.2 %, see the module)."""
+    events, a 32^2 product read 13.5 us of launch overhead for ~2 us of kernel, and 5 % asked added too little
+    (docs/gpu-validation.md#the-stored-baseline-gate)."""
 
     def __init__(self, device: Any) -> None:
         import torch

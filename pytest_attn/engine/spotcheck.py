@@ -60,8 +60,7 @@ def spot_count(call_s: float, max_time_s: float) -> int:
 #: Rows per sequence a spot check compares with the reference (the check before timing takes 8) ...
 SPOT_ROWS = 2
 #: ... in this many sequences of the batch at most, drawn afresh at each check: the reference's cost grows with the
-#: sequences (on an H100 two spot checks of every sequence took 0.5 s for a 64-sequence decode step of 1.4 ms and
-#: 0.8-1.2 s for a 256-sequence serving step: 11 s of a 49 s decode suite), a stored answer is wrong in all of them.
+#: sequences (docs/gpu-validation.md#checks-before-and-during-timing), a stored answer is wrong in all of them.
 SPOT_SEQUENCES = 4
 #: Elements digested at a time: bounds the temporary an input's digest may make (16 Mi elements, 128 MiB as int64).
 DIGEST_CHUNK = 1 << 24

@@ -13,12 +13,16 @@ from dataclasses import dataclass
 
 from ..core.stats import median, relative_precision
 
+#: The most samples a case takes (a stop, "sample-cap", however precise it is by then): --attn-min-samples above it
+#: could never be honoured.
+MAX_SAMPLES = 100_000
+
 
 @dataclass(frozen=True)
 class StopRule:
     target_precision: float = 0.01
     min_samples: int = 10
-    max_samples: int = 100_000
+    max_samples: int = MAX_SAMPLES
     max_time_s: float = 5.0
 
     def __post_init__(self) -> None:

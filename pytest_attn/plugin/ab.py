@@ -7,8 +7,11 @@ the paired blocks (:mod:`pytest_attn.verdicts.ab.paired`). Arm B's record goes t
 table, JSON, autosave) with the A/B outcome in its ``extra_info`` (``attn_ab``); the session ends with the
 A/B table, ``--attn-report`` files (summary.md, results.csv, ab.json), the job summary under GitHub
 Actions, and a non-zero exit status for the verdicts ``--attn-fail-on`` names (SLOWER by default). No
-stored baseline is read or written. Under pytest-xdist every worker (one per GPU) runs its own pair of
-arms and hands each outcome to the controller in its test report.
+stored baseline is read or written. Under pytest-xdist every worker (one per GPU) runs its own arms -- their
+processes inherit the worker's ``CUDA_VISIBLE_DEVICES``, so each case's pairs run on that one GPU -- and hands
+each outcome (with the worker and its GPU) to the controller in its test report; the controller writes the one
+A/B report and exit status of them all. An arm that dies or stops answering fails its case and is replaced
+(:mod:`pytest_attn.engine.ab.processes`).
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ from ..core.case import AttnCase
 from ..core.codec import case_from_dict, case_to_dict
 from ..core.device import DeviceInfo
 from ..core.record import Record
-from ..engine.ab.messages import Hello
+from ..engine.ab.messages import Hello, Release
 from ..engine.ab.pairing import PairRule, PairRun, check_pair, run_pair
 from ..engine.ab.processes import ArmError, ArmProcess, probe_environment
 from ..engine.ab.spec import ArmSpec, builds_lines
+from ..engine.ab.waits import DEFAULT_WAITS, ArmWaits
 from ..engine.ab.worker import settings_to_json
 from ..engine.settings import CaseFailed, CaseSkipped
 from ..verdicts.ab.paired import AbResult, Paired, paired
@@ -41,14 +45,14 @@ from .session import (
     AB_WORKER_LINES,
     ATTN_SESSION,
     PARTIAL,
+    PINNED,
     AttnSession,
     attn_session,
     terminal_say,
 )
 
-#: A case still too noisy to decide at twice --attn-max-time goes on to this many times that. On an H200 an
-#: A/A stopped at twice gave power-capped cases 4-16 pairs and three were FASTER or SLOWER (1.1-4.6 %); going
-#: on, they took up to 46 pairs and none was (2026-11-24, the committed selection, --attn-max-time=1).
+#: A case still too noisy to decide at twice --attn-max-time goes on to this many times that: stopped at twice,
+#: an A/A called power-capped cases FASTER or SLOWER (docs/gpu-validation.md#the-paired-ab).
 NOISY_TIMES = 3
 #: Worker processes per arm (engine.pairing: where a process sits must cancel out of the verdict).
 REPLICAS = 2
@@ -60,11 +64,14 @@ class AbRun:
     """The arms of this process and the outcomes of the session (a controller's: its workers')."""
 
     def __init__(self, specs: tuple[ArmSpec, ArmSpec], threshold: float, fail_on: tuple[str, ...],
-                 say: Callable[[str], None] = lambda line: None) -> None:
+                 say: Callable[[str], None] = lambda line: None, waits: ArmWaits = DEFAULT_WAITS,
+                 worker: str = "", gpu: str = "") -> None:
         self.specs = specs
         self.say = say  # a line to the terminal now (the arms' builds, once both said hello)
         self.threshold = threshold
         self.fail_on = fail_on
+        self.waits = waits  # how long an arm is waited for (--attn-ab-arm-timeout)
+        self.worker, self.gpu = worker, gpu  # a pytest-xdist worker's id and the GPU it is pinned to
         self.results: list[AbResult] = []
         self.worker_lines: list[str] = []  # a controller's: the arm lines its workers saw
         self._arms: tuple[list[ArmProcess], list[ArmProcess]] | None = None
@@ -78,12 +85,13 @@ class AbRun:
             origins = {o for n in session.backends if (o := session.registry.origin(n))}
             settings = settings_to_json(session.settings)
             self._arms = tuple(  # type: ignore[assignment]
-                [ArmProcess(f"{arm}{k + 1}", spec, Hello(settings, sorted(origins), spec.slowdown))
+                [ArmProcess(f"{arm}{k + 1}", spec, Hello(settings, sorted(origins), spec.slowdown), self.waits,
+                            [*session.backends, *filter(None, [spec.backend])])
                  for k in range(REPLICAS)]
                 for arm, spec in zip("AB", self.specs, strict=True))
             for arm in self._all():
                 with contextlib.suppress(ArmError):  # said when the first case asks it (and fails that case)
-                    arm.spawn([*session.backends, *filter(None, [arm.spec.backend])])
+                    arm.spawn()
         assert self._arms is not None
         return self._arms
 
@@ -99,23 +107,39 @@ class AbRun:
         a, b = self.arms(session)
         try:
             run = run_pair(self._cases(case), label, a, b, self.rule(session),
-                           judge=lambda pairs: judged(label, pairs, self.threshold).settled(self.threshold))
+                           judge=lambda pairs: judged(label, pairs, self.threshold).settled(self.threshold),
+                           waits=self.waits)
         except ArmError as exc:
+            self._release_held()
             raise CaseFailed(f"{case.id}: {exc}") from None
         finally:
             self._say_builds()
         record_a, record_b = (Record.from_json(r) for r in run.records)
         record_b = dataclasses.replace(record_b, device=_pinned(record_b.device, session.device))
-        return record_b, result_of(label, case, run, record_a, record_b, self.threshold)
+        result = result_of(label, case, run, record_a, record_b, self.threshold)
+        return record_b, dataclasses.replace(result, worker=self.worker, gpu=self.gpu, arm_gpus=self._arm_gpus())
 
     def check(self, session: AttnSession, case: AttnCase, label: str) -> None:
         """``--benchmark-disable``: both arms set the case up and check it; nothing is timed."""
         try:
-            check_pair(self._cases(case), label, *self.arms(session))
+            check_pair(self._cases(case), label, *self.arms(session), waits=self.waits)
         except ArmError as exc:
+            self._release_held()
             raise CaseFailed(f"{case.id}: {exc}") from None
         finally:
             self._say_builds()
+
+    def _release_held(self) -> None:
+        """After an arm failed a case: the replicas still holding it let it go (its memory, for the next case);
+        one that cannot is replaced as it fails."""
+        for arm in self._all():
+            if arm.holds:
+                with contextlib.suppress(ArmError):
+                    arm.ask(Release(), self.waits.floor_s)
+
+    def _arm_gpus(self) -> dict[str, str]:
+        """The GPU each replica's process runs on: its UUID, else the CUDA_VISIBLE_DEVICES it saw."""
+        return {arm.label: arm.about.uuid or arm.about.visible or "" for arm in self._all() if arm.about is not None}
 
     def _say_builds(self) -> None:
         """Once both arms said hello: what they load against each other, before the run goes on (a warning
@@ -156,6 +180,8 @@ class AbRun:
                     + ", ".join(f"{k} {v}" for k, v in about.versions.items())
                     + (f"; SM clock: {about.clock}" if about.clock else "") if about else "")
             out.append(f"{label}: {spec.text}: {spec.describe()}{seen}")
+        if self.worker:  # the controller gathers every worker's line
+            out.append(f"{self.worker}: its arms' processes on {self.gpu or 'no GPU'}")
         return out + self._builds()
 
     def close(self) -> None:
@@ -219,8 +245,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if clash:
         raise pytest.UsageError(f"--attn-ab compares two arms measured now; it does not go with {', '.join(clash)}")
     _check_arms(config, specs)
+    worker = str(getattr(config, "workerinput", {}).get("workerid", ""))
+    pinned = config.stash.get(PINNED, None)
     config.stash[AB_RUN] = AbRun(specs, attn.options.ab_threshold, attn.gate.fail_on,
-                                 terminal_say(config, "pytest-attn A/B"))
+                                 terminal_say(config, "pytest-attn A/B"), ArmWaits(attn.options.ab_arm_timeout_s),
+                                 worker, pinned[1] if pinned else "")
 
 
 def _check_arms(config: pytest.Config, specs: tuple[ArmSpec, ArmSpec]) -> None:

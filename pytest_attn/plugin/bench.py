@@ -5,7 +5,7 @@ and the end-of-session summary.
 Hand-over: the per-call times become pytest-benchmark's own rounds through its public API
 (``benchmark.pedantic`` with the ``timer`` option set to :func:`replay_clock`, a clock that advances by
 exactly one measured sample per round), and the result record is written as the benchmark's
-``extra_info`` -- here only (:meth:`AttnSession.add`).
+``extra_info`` -- here only (:meth:`~.results.Results.add`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import pytest
 
@@ -32,10 +32,12 @@ from ..verdicts.peers import peers_of
 from .ab import ab_run, hand_over
 from .benchjson import benchmark_metadata
 from .detect import attention_file
-from .figures import session_figures
+from .figures import impossible_why, session_figures
 from .gate import timer_pins
-from .handover import RECORD, SKIP, send
+from .handover import RECORD, send
+from .hints import skip_reason
 from .options import AttnOptions, given
+from .outcomes import refuse_case, skip_case
 from .progress import Progress
 from .session import (
     ATTENTION_RUN,
@@ -50,12 +52,14 @@ from .session import (
     options_of,
     prepare_attention_run,
     terminal_say,
+    timing_disabled,
 )
 from .signals import guard_signals
 from .summary import nothing_measured
 from .workers import (
     _is_attention_suite,
     configure_controller,
+    first_call_share,
     is_worker,
     record_name,
     workers_requested,
@@ -83,7 +87,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # plugin registers back ends (elsewhere nothing names one, and the registry is not built)
     if config.stash.get(ATTENTION_RUN, False) or config.hook.pytest_attn_register_backends.get_hookimpls():
         _ = session.backends
-    if not is_worker(config) and _is_attention_suite(config):
+    if not is_worker(config) and (config.stash.get(ATTENTION_RUN, False) or _is_attention_suite(config)):
         configure_controller(config)
     _refuse_sustained(config)
     _lock_clocks(config, session)
@@ -140,6 +144,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         locker.release()
 
 
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Each attention test's names, before -k deselects any: what a run that selected none says
+    (:mod:`.nothing_selected`)."""
+    attn = item.config.stash.get(ATTN_SESSION, None)
+    if attn is not None and case_of_item(item) is not None:
+        parents = tuple(node.name for node in item.listchain()[1:-1])  # not the session's, as pytest's -k
+        attn.attention_tests.add((parents, getattr(item, "originalname", item.name)))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test using ``attn_bench`` gets its times from our engine (the replay clock); benchmarks
     of one problem (a parametrized ``case``) share a pytest-benchmark group."""
@@ -167,7 +180,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     device = attn.device
     runnable = [(c, b) for c, b in pairs if refusal(b, c, device) is None]
-    attn.compiled = compile_phase(runnable, device, terminal_say(session.config))
+    attn.compiled = compile_phase(runnable, device, terminal_say(session.config), first_call_share(session.config))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -245,20 +258,15 @@ def attn_bench(request: pytest.FixtureRequest, benchmark: Any, attn_device: Devi
     # under pytest-xdist pytest-benchmark disables itself in the workers: they still measure, and hand the
     # records to the controller; only a --benchmark-disable the user gave means "check, do not time"
     worker = is_worker(config)
-    check_only = config.getoption("benchmark_disable") if worker else benchmark.disabled
+    check_only = timing_disabled(config) if worker else benchmark.disabled
     ab = ab_run(config)
-
-    def skip(reason: str) -> NoReturn:
-        session.results.skipped(reason)
-        if worker:
-            send(request, SKIP, reason.splitlines()[0])
-        pytest.skip(reason)
+    adhoc_shapes = {v.shape.name for v in session.options.adhoc}
 
     def run(case: AttnCase) -> Record | None:
         backend = session.registry.get(case.backend)
         if blocked := session.compiled.blocked.get(case.id):
-            skip(blocked)
-        label, failed = record_name(request.node.nodeid, config), ""
+            skip_case(request, session, blocked)
+        label, failed, used = record_name(request.node.nodeid, config), "", False
         try:
             if check_only:  # --benchmark-disable: checked and run once, nothing timed
                 if ab is not None:  # by both arms
@@ -266,18 +274,21 @@ def attn_bench(request: pytest.FixtureRequest, benchmark: Any, attn_device: Devi
                 elif worker:
                     check_case(case, backend, attn_device, session.settings)
                 else:
+                    used = True
                     benchmark.pedantic(check_case, (case, backend, attn_device, session.settings), rounds=1)
                 return None
             settings = _settings_for(config, label)
             record, outcome = ab.measure(session, case, label) if ab is not None else \
                 (run_case(case, backend, attn_device, settings, label=label, nvml=session.nvml), None)
         except CaseSkipped as exc:
-            skip(str(exc))
+            skip_case(request, session, skip_reason(exc, case, case.shape in adhoc_shapes, session.profile))
         except CaseFailed as exc:
             failed = str(exc)
+        if not failed:
+            record = session_figures(session, record)
+            failed = impossible_why(session, record) or ""
         if failed:  # outside the except: pytest would print the message twice, "during handling of" the first
-            pytest.fail(failed, pytrace=False)
-        record = session_figures(session, record)
+            refuse_case(request, benchmark, session, case.backend, failed, used)
         _hand_over(request, benchmark, session, record, worker)
         if ab is not None and outcome is not None:
             hand_over(ab, outcome, request, benchmark.extra_info, worker)
@@ -377,9 +388,11 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
             machine_info["attn_device"] = devices[0].as_machine_info()
             machine_info["attn_devices"] = [d.as_machine_info() for d in devices]
             if devices[0].is_cuda:
-                machine_info["attn_fingerprint"] = fingerprint_of(devices[0], session.clock_lock).as_dict()
+                machine_info["attn_fingerprint"] = fingerprint_of(devices[0], session.clock_lock,
+                                                                  libraries=session.libraries).as_dict()
         return
     machine_info["attn_device"] = session.device.as_machine_info()
     machine_info["attn_cpu_threads"] = config.stash.get(CPU_THREADS, "torch's default")
     if session.device.is_cuda:
-        machine_info["attn_fingerprint"] = fingerprint_of(session.device, session.clock_lock).as_dict()
+        machine_info["attn_fingerprint"] = fingerprint_of(session.device, session.clock_lock,
+                                                          libraries=session.libraries).as_dict()

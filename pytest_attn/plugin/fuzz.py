@@ -82,10 +82,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     fuzz_items = [i for i in items if "fuzz_target" in getattr(i, "fixturenames", ())]
     if not fuzz_items or fuzz_opted_in(config) or not attn_session(config).has_gpu:
         return
-    skip = pytest.mark.skip(reason="fuzzing is opt-in on a GPU (it compiles kernels for many shapes):"
-                                   " run pytest suites/test_fuzz_varlen.py, or add --attn-fuzz")
-    for item in fuzz_items:
-        item.add_marker(skip)
+    for item in fuzz_items:  # the file named as the user stands: relative to where pytest was started
+        where = os.path.relpath(item.path, config.invocation_params.dir)
+        item.add_marker(pytest.mark.skip(reason="fuzzing is opt-in on a GPU (it compiles kernels for many shapes):"
+                                                f" add --attn-fuzz (pytest {where} --attn-fuzz)"))
 
 
 class FuzzCheck:

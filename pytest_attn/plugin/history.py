@@ -1,5 +1,5 @@
-"""Saved runs that stopped part-way (Ctrl-C, a signal, ``-x``): marked as partial in what they save, and
-never what a later ``--benchmark-compare`` picks by default.
+"""Saved runs that stopped part-way (Ctrl-C, a signal, ``-x``, a pytest-xdist worker lost): marked as partial in
+what they save, and never what a later ``--benchmark-compare`` picks by default.
 
 pytest-benchmark saves whatever ran, and its bare ``--benchmark-compare`` compares with the newest saved
 run. Here every run an attention session saves (``--benchmark-autosave``, ``--benchmark-save``,
@@ -32,7 +32,8 @@ from .session import (
     benchmark_json_path,
     case_of_item,
 )
-from .signals import SIGNAL_GUARD
+from .signals import SIGNAL_GUARD, loop_cut
+from .workers import workers_requested
 
 HISTORY_NOTES = pytest.StashKey["list[str]"]()
 
@@ -41,17 +42,56 @@ def _partial(session: pytest.Session, exitstatus: int | pytest.ExitCode) -> dict
     attn = session.config.stash.get(ATTN_SESSION, None)
     if attn is None or not attn.active:
         return None
-    if exitstatus == pytest.ExitCode.INTERRUPTED:
+    reason = loop_cut(session.config)  # the loop over the cases ended by a signal, -x, an error (plugin.signals)
+    if reason is None and exitstatus == pytest.ExitCode.INTERRUPTED:
         guard = session.config.stash.get(SIGNAL_GUARD, None)
-        reason = f"interrupted ({guard.received if guard is not None and guard.received else 'Ctrl-C or a signal'})"
-    elif session.shouldstop or session.shouldfail:
+        reason = f"interrupted ({guard.interrupted_by() if guard is not None else 'Ctrl-C or a signal'})"
+    elif reason is None and (session.shouldstop or session.shouldfail):
         reason = f"stopped early ({session.shouldstop or session.shouldfail})"
-    else:
+    tally = session.config.stash.get(XDIST_TALLY, None)
+    if reason is None and tally is not None:
+        reason = tally.cut_short()
+    if reason is None:
         return None
-    return {"reason": reason, "cases_measured": len(attn.results.records), "cases_selected": _runnable(session, attn)}
+    return {"reason": reason, "cases_measured": len(attn.results.records), "cases_selected": runnable(session, attn)}
 
 
-def _runnable(session: pytest.Session, attn: AttnSession) -> int | None:
+class XdistTally:
+    """On the controller of pytest-xdist workers: the tests they collected, those they reported, and the workers that
+    crashed -- a worker that crashed and was not replaced (``--max-worker-restart``) ends the run with tests never
+    run, and nothing else says so (the loop ends as if it were done)."""
+
+    def __init__(self) -> None:
+        self.collected = 0
+        self.reported: set[str] = set()
+        self.crashed: list[str] = []
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        self.collected = max(self.collected, len(ids))  # (each worker collects the whole selection)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.reported.add(report.nodeid)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        if error is not None:
+            self.crashed.append(str(getattr(getattr(node, "gateway", None), "id", None) or node))
+
+    def cut_short(self) -> str | None:
+        """"cut short: ..." where tests the workers collected never ran, else None."""
+        never = self.collected - len(self.reported)
+        if never <= 0:
+            return None
+        crashed = (f"worker {', '.join(self.crashed)} crashed and was not replaced" if self.crashed
+                   else "its workers stopped")
+        return f"cut short ({crashed}; {never} of {self.collected} tests never ran)"
+
+
+XDIST_TALLY = pytest.StashKey[XdistTally]()
+
+
+def runnable(session: pytest.Session, attn: AttnSession) -> int | None:
     """The selected cases this device can run: a case its back end refuses here (a GPU case on a CPU)
     is a skip, never a case the cut-short run failed to measure."""
     if attn.progress is None:
@@ -168,6 +208,17 @@ class SavingGuard:
             session.exitstatus = status
 
 
+def end_step_failed(session: pytest.Session, step: str, exc: Exception) -> None:
+    """A step of the end before pytest-benchmark's saving raised (:mod:`.finish`): said last, with its traceback, and
+    the run ends with exit status 3 -- but the steps after it, and pytest-benchmark's saving, still run."""
+    notes = session.config.stash.setdefault(HISTORY_NOTES, [])
+    notes.append(f"error: the end of the session failed in {step}: {type(exc).__name__}: {exc}. The steps after it,"
+                 " and pytest-benchmark's saving, still ran. The traceback:")
+    notes += "".join(traceback.format_exception(exc)).rstrip().splitlines()
+    if session.exitstatus != pytest.ExitCode.INTERRUPTED:
+        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+
+
 def _whole_json(path: Path) -> bool:
     try:
         json.loads(path.read_bytes())
@@ -182,6 +233,9 @@ def pytest_configure(config: pytest.Config) -> None:
     :class:`SavingGuard` of an attention session."""
     if config.stash.get(ATTN_SESSION, None) is not None and not config.pluginmanager.has_plugin("pytest-attn-saving"):
         config.pluginmanager.register(SavingGuard(config), "pytest-attn-saving")
+        if workers_requested(config):
+            tally = config.stash[XDIST_TALLY] = XdistTally()
+            config.pluginmanager.register(tally, "pytest-attn-xdist-tally")
     compare = config.getoption("benchmark_compare", None)
     if config.stash.get(ATTN_SESSION, None) is None or not compare:
         return

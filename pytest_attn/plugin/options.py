@@ -25,11 +25,14 @@ from ..core.catalog import PROFILES, Variant
 from ..core.converters import option_value
 from ..core.percent import parse_percent
 from ..engine.ab.spec import ArmSpec, parse_ab
+from ..engine.ab.waits import FLOOR_S
 from ..engine.clocks import LockRequest, parse_lock
+from ..engine.stopping import MAX_SAMPLES
 from ..engine.threads import usable_cpus
 from ..engine.timers import TIMER_KINDS
 from ..verdicts.ab.paired import AB_THRESHOLD
-from ..verdicts.rule import DEFAULT_FAIL_ON, DEFAULT_THRESHOLD, parse_fail_on, parse_override
+from ..verdicts.rule import DEFAULT_THRESHOLD, parse_override
+from ..verdicts.verdict import DEFAULT_FAIL_ON, fail_on_help, parse_fail_on
 
 T = TypeVar("T")
 
@@ -69,7 +72,8 @@ def _choice(what: str, choices: tuple[str, ...], hint: str = "") -> Callable[[st
     return parse
 
 
-def _number(what: str, parse: Callable[[str], T], noun: str, minimum: float) -> Callable[[str], T]:
+def _number(what: str, parse: Callable[[str], T], noun: str, minimum: float, maximum: float = math.inf,
+            most: str = "") -> Callable[[str], T]:
     def convert(text: str) -> T:
         try:
             value = parse(text)
@@ -80,6 +84,8 @@ def _number(what: str, parse: Callable[[str], T], noun: str, minimum: float) -> 
         if value < minimum or not value > 0:  # type: ignore[operator]
             limit = "positive" if minimum <= 1 else f">= {minimum:g} (fewer cannot estimate the precision)"
             raise ValueError(f"{what} must be {limit}, got {text!r}")
+        if value > maximum:  # type: ignore[operator]  # what the engine cannot honour: refused now, not in each case
+            raise ValueError(f"{what}={text} is more than {maximum:,g}, {most}; give {minimum:g} to {maximum:,g}")
         return value
 
     return option_value(what, convert)
@@ -134,10 +140,6 @@ def _adhoc(text: str) -> Variant:
         raise ValueError(str(exc)) from None
 
 
-def _override(text: str) -> tuple[str, str, float]:
-    return parse_override(text)
-
-
 # ---- the converters, one per option that takes a value --------------------------------------------
 profile = option_value("--attn-profile", _choice("profile", ("auto", *PROFILES),
                                               " (auto: 'default' on a GPU, 'cpu' without)"))
@@ -146,7 +148,7 @@ dtypes = comma_list(DTYPES, "dtype", canonical_dtype)
 directions = comma_list(DIRECTIONS, "direction")
 timer = option_value("--attn-timer", _choice("timer", TIMER_KINDS))
 precision = option_value("--attn-precision", lambda t: parse_percent(t, "--attn-precision"))
-min_samples = positive_int("--attn-min-samples", 5)
+min_samples = _number("--attn-min-samples", int, "a whole number", 5, MAX_SAMPLES, "the most samples a case takes")
 adhoc_case = option_value("--attn-case", _adhoc)
 lock_clocks = option_value("--attn-lock-clocks", parse_lock)
 hbm_pattern = option_value("--attn-hbm", _regex)
@@ -154,7 +156,7 @@ inject_slowdown = option_value("--attn-inject-slowdown", lambda t: parse_percent
                                                                               upper=10.0))
 fuzz_head_dims = option_value("--attn-fuzz-head-dims", _head_dims)
 threshold = option_value("--attn-threshold", lambda t: parse_percent(t, "--attn-threshold", upper=10.0))
-threshold_for = option_value("--attn-threshold-for", _override)
+threshold_for = option_value("--attn-threshold-for", parse_override)
 cpu_threads = option_value("--attn-cpu-threads", _threads)
 fail_on = option_value("--attn-fail-on", parse_fail_on)
 shard = option_value("--attn-shard", _shard)
@@ -207,7 +209,7 @@ def add_options(parser: pytest.Parser) -> None:
     _add(g, "--attn-max-time", None, type=positive_float("--attn-max-time"), metavar="SECONDS",
          help="cap on sampling time per case (default by profile: smoke 2, default 3, full 5, cpu 0.5)")
     _add(g, "--attn-min-samples", 10, type=min_samples, metavar="N",
-         help="samples to take at least, 5 or more (default 10)")
+         help=f"samples to take at least, 5 to {MAX_SAMPLES:,} (default 10)")
     _add(g, "--attn-case", [], type=adhoc_case, action="append", metavar="SPEC",
          help="an ad-hoc problem, e.g. \"batch=4,seqlen=2048,heads=16,head_dim=128,causal,dtype=bf16\""
               " (repeatable); without --attn-profile only these run, with it they run beside the catalog")
@@ -273,8 +275,7 @@ def _add_gate_options(g: Any) -> None:
          help="a change must exceed this (and both runs' noise) to be SLOWER/FASTER (default 5%%)")
     _add(g, "--attn-threshold-for", [], type=threshold_for, action="append",
          metavar="KIND:NAME=PCT", help="per back end or group: backend:flex=10%% or group:NAME=3%% (repeatable)")
-    _add(g, "--attn-fail-on", DEFAULT_FAIL_ON, type=fail_on, metavar="LIST",
-         help="verdicts that fail the run: slower (default), ambiguous, clock, faster, missing; e.g. slower,missing")
+    _add(g, "--attn-fail-on", DEFAULT_FAIL_ON, type=fail_on, metavar="LIST", help=fail_on_help())
     _add(g, "--attn-save-baseline", False, action="store_true",
          help="store this run as the baseline for this device (baselines/<device-key>/baseline.json; on a CPU,"
               " cpu-<model>)")
@@ -286,14 +287,18 @@ def _add_gate_options(g: Any) -> None:
     _add(g, "--attn-report", None, type=Path, metavar="DIR",
          help="write summary.md, results.csv and plots (TFLOP/s vs length, roofline) into DIR")
     _add(g, "--attn-ab", None, type=ab_arms, metavar="ARM_A,ARM_B",
-         help="paired A/B: measure every case in two worker processes taking turns on this GPU, block by block,"
-              " and judge B against A (no stored baseline). An arm: same (this environment), a folder (put"
-              " first on PYTHONPATH: a checkout or a pip --target prefix) or a python executable (a"
-              " virtualenv's); +slowdown=PCT or +backend=NAME modify it. E.g. /tmp/main-site,. or"
+         help="paired A/B: measure every case in two worker processes taking turns on this GPU (with -n N: on each"
+              " worker's own), block by block, and judge B against A (no stored baseline). An arm: same (this"
+              " environment), a folder (put first on PYTHONPATH: a checkout or a pip --target prefix) or a python"
+              " executable (a virtualenv's); +slowdown=PCT or +backend=NAME modify it. E.g. /tmp/main-site,. or"
               " same,same+slowdown=2%%")
     _add(g, "--attn-ab-threshold", AB_THRESHOLD, type=ab_threshold, metavar="PCT",
          help="with --attn-ab: a change must exceed this (and the pairs' noise) to be SLOWER/FASTER"
               " (default 2%%)")
+    _add(g, "--attn-ab-arm-timeout", FLOOR_S, type=positive_float("--attn-ab-arm-timeout"), metavar="SECONDS",
+         help="with --attn-ab: the least time an arm is waited for (a block: 10x what it should take; starting an"
+              " arm, or a case's first set-up in it: 6x this, at least 300); past it the arm is killed, the case"
+              " fails naming it, and a new process replaces it (default 300)")
 
 
 def misspelled(args: Sequence[str], known: Callable[[Sequence[str]], list[str]]) -> str | None:
@@ -357,6 +362,7 @@ class AttnOptions:
     shard: tuple[int, int] | None = None
     ab: tuple[ArmSpec, ArmSpec] | None = None
     ab_threshold: float = AB_THRESHOLD
+    ab_arm_timeout_s: float = FLOOR_S
     fuzz: bool = False
     fuzz_examples: int | None = None
     fuzz_head_dims: tuple[int, ...] | None = None
@@ -373,9 +379,8 @@ class AttnOptions:
             speedup_vs=get("attn_speedup_vs"), hbm=get("attn_hbm"), inject_slowdown=get("attn_inject_slowdown"),
             compile_only=get("attn_compile_only"), sustained_s=get("attn_sustained"),
             lock_clocks=get("attn_lock_clocks"), shard=get("attn_shard"), ab=get("attn_ab"),
-            ab_threshold=get("attn_ab_threshold"), fuzz=get("attn_fuzz"), fuzz_examples=get("attn_fuzz_examples"),
-            fuzz_head_dims=get("attn_fuzz_head_dims"),
-        )
+            ab_threshold=get("attn_ab_threshold"), ab_arm_timeout_s=get("attn_ab_arm_timeout"), fuzz=get("attn_fuzz"),
+            fuzz_examples=get("attn_fuzz_examples"), fuzz_head_dims=get("attn_fuzz_head_dims"))
 
     def resolve_backends(self, known: list[str], defaults: list[str]) -> tuple[str, ...]:
         """Expand 'default'/'all' and check every name; ValueError lists the valid names."""

@@ -15,6 +15,7 @@ class Results:
     def __init__(self) -> None:
         self.records: list[Record] = []
         self.skips: list[str] = []
+        self.failures: list[str] = []  # the back end of each case that failed (a wrong result, a failing call)
         self.notes: list[str] = []  # session-level lines for the summary
         self._extra_infos: dict[str, dict[str, Any]] = {}  # by record name: the benchmark's extra_info
 
@@ -34,6 +35,10 @@ class Results:
     def skipped(self, reason: str) -> None:
         """A case skipped, for the summary: the first line of its reason."""
         self.skips.append(reason.splitlines()[0] if reason else reason)
+
+    def failed(self, backend: str) -> None:
+        """A case of ``backend`` failed, for the summary's line of the back ends that ran."""
+        self.failures.append(backend)
 
     def note(self, line: str) -> None:
         """A line for the summary's notes."""

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..backends import QUIET_WARNINGS, assemble_registry
+from ..backends import QUIET_WARNINGS, assemble_registry, installed_versions
 from ..backends.base import Registry, RegistryError
 from ..core.case import AttnCase
 from ..core.catalog import SMOKE_LEAVES_OUT, profile_variants
@@ -37,7 +37,9 @@ from ..engine.threads import auto_threads, set_torch_threads, usable_cpus
 from ..verdicts.ab.paired import AbResult
 from ..verdicts.fingerprint import gpu_key
 from ..verdicts.layout import wrap
-from ..verdicts.rule import DEFAULT_FAIL_ON, Thresholds
+from ..verdicts.rule import Thresholds
+from ..verdicts.verdict import DEFAULT_FAIL_ON
+from .hints import not_loaded
 from .options import DEFAULT_SUSTAINED_S, AttnOptions
 from .progress import Progress, WallTimes
 from .results import Results
@@ -86,6 +88,9 @@ class AttnSession:
         self.progress: Progress | None = None
         self.wall = WallTimes(before_load_s=process_age_s() or 0.0)
         self._device: tuple[DeviceInfo, Nvml] | None = None
+        self.kinds_asked: list[str] = []  # the suite kinds tests asked for cases of (:meth:`cases`)
+        #: the attention tests collected: (their parents' names, the function's name), for what -k matches
+        self.attention_tests: set[tuple[tuple[str, ...], str]] = set()
 
     # ---- back ends -------------------------------------------------------------------------------
     @cached_property
@@ -98,6 +103,11 @@ class AttnSession:
             raise pytest.UsageError(f"registering back ends: {exc}") from None
         slowdown = self.options.inject_slowdown
         return registry.wrapped(lambda b: SlowedBackend(b, slowdown)) if slowdown else registry
+
+    @cached_property
+    def libraries(self) -> dict[str, str]:
+        """The installed version of each distribution the registered back ends measure: the fingerprint's."""
+        return installed_versions(self.registry.distributions())
 
     @cached_property
     def backends(self) -> tuple[str, ...]:
@@ -188,6 +198,8 @@ class AttnSession:
         """The profile's cases of one kind ("prefill", "decode", "varlen", "masks" or "all") for the
         selected back ends, dtypes and directions, back ends innermost so one problem's results sit
         together."""
+        if kind not in self.kinds_asked:
+            self.kinds_asked.append(kind)
         only_adhoc = self.options.adhoc and self.options.profile == "auto"
         variants = [] if only_adhoc else profile_variants(self.profile, kind)
         variants += [v for v in self.options.adhoc if v.shape.kind == kind or kind == "all"]
@@ -199,6 +211,12 @@ class AttnSession:
         if self.profile == "smoke" and "default" in self.options.backends:
             backends = [b for b in backends if b not in SMOKE_LEAVES_OUT]
         return [v.case(b) for v in variants for b in backends]
+
+    def test_names(self, case_id: str) -> list[str]:
+        """The names ``-k`` is matched against for a case ``case_id`` of the attention tests collected: each
+        test's own (``function[case id]``) and its parents'; the case id alone where none was collected."""
+        names = [n for parents, function in self.attention_tests for n in (*parents, f"{function}[{case_id}]")]
+        return names or [case_id]
 
 
 ATTN_SESSION = pytest.StashKey[AttnSession]()
@@ -221,6 +239,18 @@ ATTENTION_WHY = pytest.StashKey[str]()  # why the session is an attention run (p
 PARTIAL = pytest.StashKey[dict[str, Any]]()  # a run cut short: why, cases measured and selected (plugin.history)
 #: --benchmark-compare: (a name for it, the run) of each saved run pytest-benchmark loaded to compare with
 COMPARED = pytest.StashKey[list[tuple[str, dict[str, Any]]]]()
+#: the node ids the run collected (after -k, --attn-shard; on the controller of workers, what they collected)
+SELECTED = pytest.StashKey["set[str]"]()
+#: why a collected test recorded no result (skipped, failed), by node id (plugin.gate)
+NOT_MEASURED = pytest.StashKey["dict[str, str]"]()
+#: the stored baselines this run is gated against (or adds a repeat to), read and checked at start-up, by path
+STORED_BASELINES = pytest.StashKey["dict[Path, dict[str, Any]]"]()
+
+
+def timing_disabled(config: pytest.Config) -> bool:
+    """pytest-benchmark's ``--benchmark-disable`` is in force (given, and not overridden by ``--benchmark-enable``):
+    each case is checked and run once, nothing timed."""
+    return bool(config.getoption("benchmark_disable", False)) and not config.getoption("benchmark_enable", False)
 
 
 def terminal_width(config: pytest.Config) -> int | None:
@@ -249,11 +279,6 @@ def terminal_say(config: pytest.Config, prefix: str = "pytest-attn") -> Callable
     return say
 
 
-NOT_LOADED = ("pytest-attn is not loaded as a pytest plugin in this environment, though its code is imported"
-              " (a suite's conftest does): install it (pip install -e . in the checkout), or load it by name:"
-              " pytest -p pytest_attn.plugin ...")
-
-
 def options_of(config: pytest.Config) -> AttnOptions:
     """The ``--attn-*`` options, converted once: the session's (parsed now where none was made: ``--help``)."""
     session = config.stash.get(ATTN_SESSION, None)
@@ -264,7 +289,7 @@ def attn_session(config: pytest.Config) -> AttnSession:
     """The session's state; a :class:`pytest.UsageError` that says how to load the plugin where it is not."""
     session = config.stash.get(ATTN_SESSION, None)
     if session is None:
-        raise pytest.UsageError(NOT_LOADED)
+        raise pytest.UsageError(not_loaded())
     return session
 
 
@@ -304,7 +329,7 @@ def prepare_attention_run(config: pytest.Config, why: str = "a conftest called p
     if config.stash.get(ATTENTION_RUN, False):
         return
     if not config.pluginmanager.is_registered(sys.modules["pytest_attn.plugin"]):
-        raise pytest.UsageError(NOT_LOADED)  # at start-up, not as a KeyError while collecting
+        raise pytest.UsageError(not_loaded())  # at start-up, not as a KeyError while collecting
     config.stash[ATTENTION_RUN] = True
     config.stash[ATTENTION_WHY] = why
     for quiet in QUIET_WARNINGS:  # e.g. the CuTe DSL's note on every FA4 kernel it compiles
@@ -327,7 +352,7 @@ TABLE_OPTIONS = ("--benchmark-columns", "--benchmark-group-by", "--benchmark-ver
 def _benchmark_options(config: pytest.Config) -> None:
     """Autosave for ``--benchmark-compare``, and pytest-benchmark's tables quiet unless asked for (set before
     pytest-benchmark reads its options, at the end of configure)."""
-    disabled = config.getoption("benchmark_disable", False)
+    disabled = timing_disabled(config)
     if not disabled and not config.getoption("benchmark_autosave", False) and \
             not config.getoption("benchmark_save", None) and not hasattr(config, "workerinput"):
         from pytest_benchmark.utils import get_tag  # the name --benchmark-autosave itself uses

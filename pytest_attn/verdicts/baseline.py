@@ -3,9 +3,9 @@ run's fingerprint in ``machine_info.attn_fingerprint`` (``nvidia-h200``; ``cpu-<
 
 Reading and writing both check the run (:func:`check_run`): a ``benchmarks`` list, each with a name and
 a finite, positive ``stats.median`` (a JSON ``true`` is not a number here), a readable result record
-where one is stored, and a fingerprint that names its device. Saving holds a lock on the file
-(``filelock``) from reading the old baseline to renaming the new one into place, so two processes
-saving at once cannot both pass the overwrite rule: a baseline recorded on another device is not
+where one is stored, and a fingerprint that names its device. Saving holds a lock (``filelock``, its file in the
+temporary folder: :func:`lock_path`) from reading the old baseline to renaming the new one into place, so two
+processes saving at once cannot both pass the overwrite rule: a baseline recorded on another device is not
 replaced unless forced, nor is a corrupt one. The write goes through a temporary file and a rename,
 so a baseline is either the old one or the new one, never half of each.
 """
@@ -13,18 +13,26 @@ so a baseline is either the old one or the new one, never half of each.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from ..core.files import InputError, read_json, write_atomic
-from ..core.record import Record, TimerPin, is_record
+from ..core.record import SCHEMA, VERSION, Record, TimerPin, is_record
 from ..core.stats import OUTLIER_FACTOR, median, times_off
 from .fingerprint import Fingerprint, differences
+from .fleet import center
+from .runs import partial_note, repeat_gpus
+from .stored_numbers import legacy_numbers, record_numbers
 
 FILE_NAME = "baseline.json"
-RERECORD = "re-record it with: pytest suites/ --attn-save-baseline"
+#: How to replace an unusable baseline, in words valid wherever the user runs (the plugin names the very command
+#: of the run where it knows it).
+RERECORD = "re-record it: rerun your benchmark command with --attn-save-baseline --attn-force"
 LOCK_TIMEOUT_S = 120.0
 
 
@@ -74,13 +82,18 @@ def _check_bench(bench: Any, i: int, where: str) -> str:
     if not isinstance(name, str) or not name:
         raise BaselineError(f"{where}: benchmark #{i} has no name; {RERECORD}")
     stats = bench.get("stats")
-    median = stats.get("median") if isinstance(stats, dict) else None
+    median: Any = stats.get("median") if isinstance(stats, dict) else None
     if not _positive(median):
         raise BaselineError(f"{where}: benchmark {name!r} has stats.median {median!r}, not a finite positive"
                             f" number of seconds; {RERECORD}")
     info = bench.get("extra_info")
     if info is not None and not isinstance(info, dict):
         raise BaselineError(f"{where}: benchmark {name!r} has extra_info {info!r}, not an object; {RERECORD}")
+    if isinstance(info, dict) and "schema" in info and not is_record(info):
+        raise BaselineError(f"{where}: benchmark {name!r} holds a result record of schema {info['schema']!r} (version"
+                            f" {info.get('version')!r}); this pytest-attn reads schema {SCHEMA!r} version {VERSION}:"
+                            " written by another program or version of it, it would be read as plain"
+                            f" pytest-benchmark figures. Use the pytest-attn that wrote it, or {RERECORD}")
     if is_record(info):
         _check_repeats(info, name, where)
         try:
@@ -89,6 +102,12 @@ def _check_bench(bench: Any, i: int, where: str) -> str:
             why = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
             raise BaselineError(f"{where}: benchmark {name!r} has an unreadable result record ({why}); {RERECORD}")\
                 from None
+        problem = record_numbers(info, median)  # (a positive number: checked above)
+    else:
+        problem = legacy_numbers(info or {}, stats)
+    if problem:
+        raise BaselineError(f"{where}: benchmark {name!r} has {problem}: a verdict read from it would be blind or"
+                            f" wrong; {RERECORD}")
     return name
 
 
@@ -176,7 +195,11 @@ def save_baseline(path: Path, run: dict[str, Any], fingerprint: Fingerprint, *, 
     path.parent.mkdir(parents=True, exist_ok=True)
     from filelock import FileLock, Timeout  # here: 5 ms to import, in every pytest session otherwise
 
-    lock = FileLock(f"{path}.lock", timeout=LOCK_TIMEOUT_S)
+    lock_file = lock_path(path)
+    if lock_file.is_symlink():  # filelock opens it with O_TRUNC: through a link, it would empty the target
+        raise BaselineError(f"{lock_file} is a symbolic link (to {os.readlink(lock_file)}); pytest-attn does not"
+                            " write through a link it did not make. Remove it and rerun; nothing saved")
+    lock = FileLock(str(lock_file), timeout=LOCK_TIMEOUT_S)
     try:
         with lock:
             if add:
@@ -190,9 +213,19 @@ def save_baseline(path: Path, run: dict[str, Any], fingerprint: Fingerprint, *, 
                 note = _may_replace(path, fingerprint, force)
             _write(path, data)
     except Timeout:
-        raise BaselineError(f"another process has held {path}.lock for over {LOCK_TIMEOUT_S:.0f} s; nothing saved."
-                            " If no other save is running, delete the lock file") from None
+        raise BaselineError(f"another process has held the lock on {path} ({lock_path(path)}) for over"
+                            f" {LOCK_TIMEOUT_S:.0f} s; nothing saved. If no other save is running, delete that"
+                            " lock file") from None
     return f"saved {len(data['benchmarks'])} results as the baseline for {fingerprint.device}: {path}{note}"
+
+
+def lock_path(path: Path) -> Path:
+    """The lock file a save of the baseline ``path`` holds: in the temporary folder, named for the baseline's
+    absolute path -- not beside it, where ``git add baselines/`` would commit it. filelock leaves its file behind
+    by design, and deleting it after the release would break the lock: a process waiting on the old file and one
+    creating a new one would both hold "the lock"."""
+    key = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"pytest-attn-baseline-{key}.lock"
 
 
 def _may_replace(path: Path, fingerprint: Fingerprint, force: bool) -> str:
@@ -228,9 +261,10 @@ def _write(path: Path, data: dict[str, Any]) -> None:
 
 def add_repeat(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any], int, list[str]]:
     """``new`` (a run) added to the stored baseline ``old`` as one more independent repeat: each case in
-    both keeps the median of every repeat (``timing.repeats_s`` of its record) and its SM clock
-    (``clocks.repeats_sm_clock_mhz``, where every repeat recorded one) and is gated on their median;
-    cases only in ``old`` stay as they were. A case whose new median is more than
+    both keeps the median of every repeat (``timing.repeats_s`` of its record), the GPU that measured it
+    (``timing.repeats_gpu``: the between-GPU spread is read from them, :mod:`.fleet`) and its SM clock
+    (``clocks.repeats_sm_clock_mhz``, where every repeat recorded one), and is gated on the mean of its GPUs'
+    medians (:func:`.fleet.center`); cases only in ``old`` stay as they were. A case whose new median is more than
     :data:`~pytest_attn.core.stats.OUTLIER_FACTOR` times off its stored repeats' median is not added to:
     it stays as stored, and is named in the third item returned (with both medians). Returns the merged
     run, how many cases gained a repeat, and those refused."""
@@ -244,7 +278,7 @@ def add_repeat(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any]
             merged.append(bench)
             continue
         record = Record.from_json(info)
-        stored_repeats, stored_clocks = _stored_repeats(before)
+        stored_repeats, stored_clocks, stored_gpus = _stored_repeats(before)
         reference = median(stored_repeats)
         pin = _stored_pin(before)
         if pin is not None and (pin.timer, pin.calls_per_sample) != (record.timing.timer,
@@ -259,13 +293,38 @@ def add_repeat(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any]
             merged.append(before)
             continue
         repeats = (*stored_repeats, record.median_s)
+        gpus = (*stored_gpus, record.device.uuid or "")
         clocks = _all_known((*stored_clocks, record.clocks.sm_clock_mhz), len(repeats))
-        record = dataclasses.replace(record, timing=dataclasses.replace(record.timing, repeats_s=repeats),
+        record = dataclasses.replace(record, timing=dataclasses.replace(record.timing, repeats_s=repeats,
+                                                                        repeats_gpu=gpus),
                                      clocks=dataclasses.replace(record.clocks, repeats_sm_clock_mhz=clocks))
-        merged.append({**bench, "extra_info": record.to_json(), "stats": {**bench["stats"], "median": median(repeats)}})
+        merged.append({**bench, "extra_info": record.to_json(),
+                       "stats": {**bench["stats"], "median": center(repeats, gpus)}})
         added += 1
     merged.extend(stored.values())
     return {**new, "benchmarks": merged}, added, refused
+
+
+def add_runs(path: Path, runs: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """Saved runs (``--benchmark-json`` files of the baseline's selection, from other GPUs or hosts of its model)
+    added to the baseline at ``path`` as repeats, each tagged with the GPU that measured it; the first run
+    records the baseline where there is none. A run without a fingerprint, or of another device, is refused
+    before anything is written. Returns what was done, a line per run."""
+    checked = []
+    for where, run in runs:
+        check_run(run, where)
+        fingerprint = stored_fingerprint(run)
+        if fingerprint is None:
+            raise BaselineError(f"{where} has no fingerprint (machine_info.attn_fingerprint): it cannot be told to be"
+                                " from this baseline's device. Give the JSON a pytest-attn run wrote")
+        if partial_note(run):
+            raise BaselineError(f"{where} is a partial run ({partial_note(run)}): a repeat must be a whole run")
+        checked.append((where, run, fingerprint))
+    lines = []
+    for where, run, fingerprint in checked:
+        add = path.exists()
+        lines.append(f"{where}: {save_baseline(path, run, fingerprint, add=add)}")
+    return lines
 
 
 def _stored_pin(bench: dict[str, Any]) -> TimerPin | None:
@@ -296,14 +355,14 @@ def _all_known(clocks: tuple[float | None, ...], repeats: int) -> tuple[float, .
     return known if len(known) == len(clocks) == repeats else ()
 
 
-def _stored_repeats(bench: dict[str, Any]) -> tuple[tuple[float, ...], tuple[float | None, ...]]:
-    """A stored case's repeats: the median of each run, and each run's SM clock where its record knows
-    them all (else fewer clocks than repeats)."""
+def _stored_repeats(bench: dict[str, Any]) -> tuple[tuple[float, ...], tuple[float | None, ...], tuple[str, ...]]:
+    """A stored case's repeats: the median of each run, each run's SM clock where its record knows them all
+    (else fewer clocks than repeats), and the GPU of each (:func:`.runs.repeat_gpus`)."""
     info = bench.get("extra_info")
     single = (float(bench["stats"]["median"]),)
     if not is_record(info):
-        return single, ()
+        return single, (), ("",)
     record = Record.from_json(info)
     if record.timing.repeats_s:
-        return record.timing.repeats_s, record.clocks.repeats_sm_clock_mhz
-    return single, (record.clocks.sm_clock_mhz,)
+        return record.timing.repeats_s, record.clocks.repeats_sm_clock_mhz, repeat_gpus(record)
+    return single, (record.clocks.sm_clock_mhz,), (record.device.uuid or "",)

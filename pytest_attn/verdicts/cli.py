@@ -2,9 +2,14 @@
 runners, or any runs that measured different problems) merged into one run: the summary a single run
 of them all would print, one merged JSON, the reports, and the gate, per device model as a session does.
 
+``pytest-attn recover [JOURNAL] --json out.json``: the journal a run that died left behind
+(:mod:`pytest_attn.core.journal`) turned into pytest-benchmark JSON, marked partial ("the process died"), which
+``merge`` and ``--attn-baseline`` read as any run; the journal is then removed. No torch, no pytest.
+
 Exit status as pytest's: 0 when the gate passes (or there is none), 1 when it fails, 4 for bad input (a bad
-option, a file that is not a run -- whatever is wrong with it, named --, shards that overlap, a baseline of
-another device, a --json or --report path that cannot be written). Exit 1 means the gate failed, nothing else.
+option, a file that is not a run -- whatever is wrong with it, named --, shards that overlap, shards measured on two
+GPU models, a shard missing or one that measured nothing, a baseline of another device, a --json or --report path
+that cannot be written). Exit 1 means the gate failed, nothing else.
 """
 
 from __future__ import annotations
@@ -18,14 +23,16 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ..core.converters import option_value
-from ..core.files import InputError, read_json, write_atomic
-from .baseline import baseline_path, check_run, load_baseline
+from ..core.files import InputError, probe_writable, read_json, write_atomic
+from ..core.journal import FOLDER, held, orphans, read_journal, recovered_run
+from .baseline import add_runs, baseline_path, check_run, load_baseline, stored_fingerprint
 from .decision import by_device, gate
-from .merge import MergeError, merge_runs, shard_problems
+from .merge import MergeError, empty_shards, merge_runs, models_problem, shard_problems
 from .reports import write_reports
-from .rule import DEFAULT_FAIL_ON, DEFAULT_THRESHOLD, Thresholds, parse_fail_on, parse_fraction, parse_override
-from .runs import records
+from .rule import DEFAULT_THRESHOLD, Thresholds, parse_fraction, parse_override
+from .runs import partial_headline, partial_note, records
 from .table import render, time_lines
+from .verdict import DEFAULT_FAIL_ON, parse_fail_on
 
 OK, FAILED, USAGE = 0, 1, 4
 
@@ -38,12 +45,15 @@ class _Parser(argparse.ArgumentParser):
         self.exit(USAGE, f"{self.prog}: error: {message}\n")
 
 
-DESCRIPTION = ("pytest-attn's command line. The benchmarks themselves run under pytest (pytest suites/; pytest"
-               " --help lists the --attn-* options); this tool works on their saved JSON.")
+DESCRIPTION = ("pytest-attn's command line. The benchmarks themselves run under pytest (pytest --help lists the"
+               " --attn-* options); this tool works on their saved JSON.")
+BASELINE = ("Add saved runs (--benchmark-json files of the baseline's selection, measured on other GPUs or hosts of"
+            " its GPU model) to a baseline as repeats. Each repeat keeps the GPU that measured it, so the gate"
+            " measures how much the model's GPUs differ instead of assuming it. Exit status: 0 added, 4 bad input.")
 MERGE = ("Merge the JSON files of shards (--attn-shard=I/N on several runners, or runs that measured different"
          " problems) into one run: the summary a single run of them all would print, one merged JSON, the reports,"
-         " and the gate, per device model. Exit status: 0 the gate passed (or there is none), 1 it failed, 4 bad"
-         " input.")
+         " and the gate, per device model. Shards of two GPU models, and a shard missing or one that measured"
+         " nothing, are refused. Exit status: 0 the gate passed (or there is none), 1 it failed, 4 bad input.")
 
 
 def _version() -> str:
@@ -56,7 +66,7 @@ def _version() -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="pytest-attn", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=_version())
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{merge}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{merge,baseline,recover}")
     merge = sub.add_parser("merge", help="merge shards' JSON files into one summary, JSON, report and gate",
                            description=MERGE)
     merge.add_argument("files", nargs="+", type=Path, help="pytest-benchmark JSON files of pytest-attn runs")
@@ -76,7 +86,31 @@ def _parser() -> argparse.ArgumentParser:
     merge.add_argument("--allow-partial", action="store_true",
                        help="merge shards that are not the whole run (one missing, or of another run); the merged"
                             " run is marked partial")
+    base = sub.add_parser("baseline", help="add saved runs to a baseline as repeats (from other GPUs or hosts)",
+                          description=BASELINE)
+    base_sub = base.add_subparsers(dest="action", required=True, metavar="{add}")
+    add = base_sub.add_parser("add", help="add runs' JSON to BASELINE as repeats, each tagged with its GPU",
+                              description=BASELINE)
+    add.add_argument("baseline", type=Path, help="the baseline file (created from the first run where missing)")
+    add.add_argument("files", nargs="+", type=Path, help="--benchmark-json files of the baseline's selection")
+    recover = sub.add_parser("recover", help="turn the journal of a run that died into a run's JSON, marked partial",
+                             description=RECOVER)
+    recover.add_argument("journal", nargs="?", type=Path, metavar="JOURNAL",
+                         help=f"the journal ({FOLDER}/*.jsonl); default: the one left by a run that died, in"
+                              f" {FOLDER} here or in a folder above")
+    recover.add_argument("--json", type=Path, required=True, help="write the recovered run here")
     return parser
+
+
+def baseline(args: argparse.Namespace, out: list[str]) -> int:
+    runs = [(str(path), read_json(path, "run")) for path in args.files]
+    out.extend(add_runs(args.baseline, runs))
+    return OK
+
+
+RECOVER = ("Turn the journal a run left behind when its process died (a segfault, abort() in a library, a kill)"
+           " into pytest-benchmark JSON marked partial, which pytest-attn merge and --attn-baseline=PATH read as any"
+           " run; the journal is then removed. Exit status: 0 recovered, 4 bad input.")
 
 
 def _read(paths: Sequence[Path]) -> list[tuple[str, dict]]:
@@ -92,21 +126,32 @@ def _writable(args: argparse.Namespace) -> None:
             continue
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            probe = folder / ".pytest-attn-write-test"
-            probe.write_text("")
-            probe.unlink()
+            probe_writable(folder)  # (a name of its own, never through a link planted there)
         except OSError as exc:
             raise InputError(f"{flag}: cannot write in {folder} ({exc.strerror or exc}); give a path you can"
                              " write to") from None
 
 
+def _problems(runs: Sequence[tuple[str, dict[str, Any]]], allow_partial: bool, out: list[str]) -> list[str]:
+    """Why ``runs`` are not one whole run: refused (two GPU models always; a shard missing or that measured
+    nothing unless ``--allow-partial``), else what the merged run is marked partial for."""
+    models = models_problem(runs)
+    if models:
+        raise MergeError(models)
+    empty, notes = empty_shards(runs)
+    problems = shard_problems(runs) + empty
+    out.extend(f"note: {note}" for note in notes)
+    if problems and not allow_partial:
+        raise MergeError("; ".join(problems) + ". Merge every shard of one run, each of which measured its cases (a"
+                         " missing one: did its job fail or its upload?), or pass --allow-partial to merge these"
+                         " anyway, marked partial")
+    return problems
+
+
 def merge(args: argparse.Namespace, out: list[str]) -> int:
     _writable(args)
     runs = _read(args.files)
-    problems = shard_problems(runs)
-    if problems and not args.allow_partial:
-        raise MergeError("; ".join(problems) + ". Merge every shard of one run (a missing one: did its job fail"
-                         " or its upload?), or pass --allow-partial to merge these anyway, marked partial")
+    problems = _problems(runs, args.allow_partial, out)
     merged = merge_runs(runs)
     if problems:
         out.append(f"--allow-partial: merged anyway, marked partial: {'; '.join(problems)}")
@@ -118,6 +163,9 @@ def merge(args: argparse.Namespace, out: list[str]) -> int:
     if not found:
         raise MergeError("the files hold no pytest-attn result records (runs of pytest-attn 0.1 or newer)")
     out.append(f"merged {len(args.files)} file(s): {len(found)} results")
+    partial = partial_headline(merged)
+    if partial:  # the headline of a merge that is not the whole run says so, and never "no regression"
+        out.append(f"{partial} ({partial_note(merged)}): the verdicts below are of the cases it holds")
     devices = list({r.device.uuid or r.device.name: r.device for r in found}.values())
     out.extend(time_lines(found) + render(found, devices[0], (), args.speedup_vs))
     if args.json:
@@ -126,7 +174,8 @@ def merge(args: argparse.Namespace, out: list[str]) -> int:
         out.append(f"wrote {args.json}")
     status = OK
     thresholds = Thresholds.build(args.threshold, args.threshold_for)
-    for fp, mine in by_device(found).values():
+    measured = stored_fingerprint(merged)  # the libraries the shards measured (not this process's)
+    for fp, mine in by_device(found, libraries=measured.libraries if measured else None).values():
         named = args.baseline not in ("auto", "off")
         path = Path(args.baseline) if named else baseline_path(args.baselines_dir, fp.key)
         base: dict[str, Any]
@@ -142,22 +191,58 @@ def merge(args: argparse.Namespace, out: list[str]) -> int:
         out.extend(outcome.lines)
         if args.report is not None:
             out.extend(f"  {w}" for w in write_reports(args.report, outcome.comparisons, name, mine, outcome.notes,
-                                                        args.fail_on))
+                                                        args.fail_on, partial))
         status = max(status, {"pass": OK, "fail": FAILED, "error": USAGE}[outcome.status])
     return status
+
+
+def _the_orphan() -> Path:
+    """The one journal a run that died left in ``.pytest-attn/journals`` of this folder or the nearest above."""
+    here = Path.cwd()
+    folder = next((d / FOLDER for d in (here, *here.parents) if (d / FOLDER).is_dir()), None)
+    if folder is None:
+        raise InputError(f"no {FOLDER} folder here or above: name the journal (the run that died printed it at"
+                         " the next run's start)")
+    found = orphans(folder)
+    if len(found) != 1:
+        listed = f": {', '.join(map(str, found))}; name one" if found else ""
+        raise InputError(f"{len(found)} journals of runs that died in {folder}{listed}")
+    return found[0]
+
+
+def recover(args: argparse.Namespace, out: list[str]) -> int:
+    path = args.journal or _the_orphan()
+    if held(path):
+        raise InputError(f"journal {path} is held by a run that is still going; recover it once that run has"
+                         " ended (a run that ends normally removes its journal itself)")
+    journal = read_journal(path)
+    if not journal.benchmarks:
+        raise InputError(f"journal {path} holds no measured case (the run died before its first ended); nothing to"
+                         f" recover: remove it (rm {path})")
+    _writable(argparse.Namespace(json=args.json, report=None))
+    run = check_run(recovered_run(journal), f"the run recovered from {path}")
+    write_atomic(args.json, json.dumps(run, indent=2, sort_keys=True, allow_nan=False) + "\n")
+    path.unlink()
+    torn = "; the case it was writing when the process died was cut short: left out" if journal.torn else ""
+    died = run["attn_partial"]["reason"]
+    out.append(f"recovered {len(journal.benchmarks)} measured case(s) of the run that died ({died})"
+               f" into {args.json}, marked partial{torn}; journal {path} removed. Read it as any run: pytest-attn merge"
+               f" {args.json}, or pytest --attn-baseline={args.json}")
+    return OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     out: list[str] = []
     try:
-        status = merge(args, out)
-    except InputError as exc:  # a merge, a baseline or a file that cannot be used
-        out.append(f"pytest-attn merge: {exc}")
+        commands = {"baseline": baseline, "recover": recover, "merge": merge}
+        status = commands[args.command](args, out)
+    except InputError as exc:  # a merge, a baseline, a journal or a file that cannot be used
+        out.append(f"pytest-attn {args.command}: {exc}")
         status = USAGE
     except OSError as exc:  # a write that failed after the check (a full disk)
-        out.append(f"pytest-attn merge: cannot write {exc.filename or 'a file'}: {exc.strerror or exc}; nothing"
-                   " half-written was left. Free space (or give another path) and rerun")
+        out.append(f"pytest-attn {args.command}: cannot write {exc.filename or 'a file'}: {exc.strerror or exc};"
+                   " nothing half-written was left. Free space (or give another path) and rerun")
         status = USAGE
     print("\n".join(out))
     return status

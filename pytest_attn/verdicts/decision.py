@@ -1,30 +1,37 @@
 """One gate decision, the same for a pytest session and for ``pytest-attn merge``: results of one device
 model against a baseline -- refused if the baseline is another device's, else verdicts, the lines that
 explain them, and whether the run passes. Pure.
+
+A run that compared nothing passes only where it is another suite entirely: none of the test files it selected
+holds a case of the baseline. Then it is NOT GATED, and says so first. Where it selected such a file (another
+``--attn-backends``, ``--attn-dtypes`` or profile), or named the baseline, it fails, naming what differs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.record import Record
 from .baseline import stored_device, stored_fingerprint
 from .fingerprint import Fingerprint, differences, fingerprint_of
+from .layout import printable
 from .reports import counts, terminal_lines
 from .rule import (
     DEFAULT_FAIL_ON,
-    OTHER_GPU_NOISE,
     Comparison,
     Noise,
     Thresholds,
+    Z,
     compare,
     matched,
-    other_gpu,
     regressions,
 )
-from .runs import benches, by_name, partial_note
+from .runs import Bench, benches, by_name, partial_note
+from .selection import Selection, counted_files, shared_files, split_missing, what_differs
 
 
 @dataclass
@@ -37,12 +44,13 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
 
 
-def by_device(records: Sequence[Record], cpu_threads: str | None = None) -> dict[str, tuple[Fingerprint, list[Record]]]:
+def by_device(records: Sequence[Record], cpu_threads: str | None = None, libraries: Mapping[str, str] | None = None
+              ) -> dict[str, tuple[Fingerprint, list[Record]]]:
     """Records per device model (a baseline is per model: several GPUs of one model share it), each
-    model with the fingerprint of its first record's device."""
+    model with the fingerprint of its first record's device (and ``libraries``, the run's versions of them)."""
     out: dict[str, tuple[Fingerprint, list[Record]]] = {}
     for r in records:
-        fp = fingerprint_of(r.device, r.clocks.lock, cpu_threads)
+        fp = fingerprint_of(r.device, r.clocks.lock, cpu_threads, libraries)
         out.setdefault(fp.key, (fp, []))[1].append(r)
     return out
 
@@ -65,44 +73,92 @@ def refusal(base: dict[str, Any], name: str, fp: Fingerprint) -> tuple[str | Non
     return None, [f"baseline {name} has no fingerprint: it cannot be checked to be from this device"]
 
 
+def gpu_notes(comparisons: Sequence[Comparison], shown: int = 4) -> list[str]:
+    """Which cases the between-GPU noise holds back -- their noise band reaches half the threshold only because
+    of it -- and what would sharpen them: repeats from more GPUs of the model in the baseline."""
+    held = []
+    for c in comparisons:
+        if not c.gpu_noise or c.noise is None or c.threshold is None:
+            continue
+        rest = math.sqrt(max(0.0, c.noise**2 - c.gpu_noise**2))
+        if c.noise >= c.threshold / 2 > rest:
+            held.append(c)
+    if not held:
+        return []
+    sources = {c.gpu_source for c in held}
+    one_gpu = sources == {"allowance"}
+    why = ("their baseline measured each on one GPU, so the allowance for two GPUs stands in" if one_gpu
+           else "their baseline's GPUs disagree on them, or measured them on one GPU")
+    named = ", ".join(f"{printable(c.name)} (+-{c.noise:.1%}, {c.gpu_noise / (c.noise or 1):.0%} of it between GPUs)"
+                      for c in sorted(held, key=lambda x: -x.gpu_noise)[:shown])
+    more = f" and {len(held) - shown} more" if len(held) > shown else ""
+    return [f"{len(held)} case(s) would gate more sharply with more GPUs in their baseline ({why}): {named}{more}."
+            f" Add repeats from other GPUs of the model: --attn-add-to-baseline on each, or pytest-attn baseline"
+            f" add BASELINE RUN.json ... (a noise band is {Z:g} x sigma)"]
+
+
 def gate(records: Sequence[Record], base: dict[str, Any], name: str, fp: Fingerprint, thresholds: Thresholds,
-         fail_on: Sequence[str] = DEFAULT_FAIL_ON, named: bool = True, width: int | None = None) -> Outcome:
+         fail_on: Sequence[str] = DEFAULT_FAIL_ON, named: bool = True, width: int | None = None,
+         selection: Selection | None = None) -> Outcome:
     """Verdicts for ``records`` (one device model) against the run ``base``. ``named``: the user named
-    the baseline (a run that matches none of it then fails); else it is the one stored for the device,
-    and a run of another selection (one suite, ``-k serving``) is not gated, with a note saying so."""
+    the baseline (a run that matches none of it then fails); else it is the one stored for the device.
+    ``selection``: what this run selected (None: not known, as in a merge of shards): a baseline case it
+    selected and did not measure is MISSING, one it did not select UNSELECTED (:mod:`.selection`)."""
     refused, notes = refusal(base, name, fp) if base.get("benchmarks") else (None, [])
     if refused:
-        return Outcome("error", [f"error: {refused}"])
+        return Outcome("error", [f"error: {printable(refused)}"])
     partial = partial_note(base)
     if partial:
-        notes.append(f"the baseline is a partial run: {partial}")
+        notes.append(f"the baseline is a partial run: {printable(partial)}")
     old, new = benches(base), by_name(records)
     noise = Noise.of(old, new, cpu=fp.kind != "cuda")
-    comparisons = compare(old, new, thresholds, noise)
+    comparisons, said = split_missing(compare(old, new, thresholds, noise), selection)
+    notes = [*said, *(printable(n) for n in notes)]
     if old:
         notes.append(noise.describe())
-    others = sorted({f"{c.baseline.record.device.uuid} -> {c.current.record.device.uuid}" for c in comparisons
-                     if c.baseline is not None and c.current is not None and other_gpu(c.baseline, c.current)
-                     and c.baseline.record is not None and c.current.record is not None})
-    if others:
-        notes.append(f"the baseline was recorded on another GPU of this model ({'; '.join(others)}): each case's"
-                     f" noise includes {OTHER_GPU_NOISE:.1%} for the difference between two GPUs (measured on two"
-                     " H100s); a baseline recorded on this GPU gates more sharply")
+    notes += gpu_notes(comparisons)
     lines = terminal_lines(comparisons, name, notes, width)
     failing = regressions(comparisons, fail_on)
+    failed = f"failed: {counts(failing)} (--attn-fail-on={','.join(v.lower() for v in fail_on)})"
     if old and not matched(comparisons):
-        nothing = (f"no case of this run is in the baseline {name} ({len(old)} cases there, {len(new)} here):"
-                   " nothing was compared")
-        if named:
-            lines.append(f"error: {nothing}. Run the baseline's selection, or record a baseline for this one")
-            return Outcome("fail", lines, comparisons, notes)
-        if not failing:  # (with --attn-fail-on=missing, its MISSING cases still fail the run, below)
-            return Outcome("pass", [f"not gated: {nothing} -- this run is another selection than the stored"
-                                    " baseline's. To gate it, record a baseline of its own (--attn-save-baseline"
-                                    " --attn-baselines-dir=DIR) and gate with --attn-baseline=PATH"],
-                           comparisons, notes)
+        return _nothing_compared(old, new, name, fp.key, named, selection, Outcome("pass", lines, comparisons, notes),
+                                 failed if failing else "")
     if failing:
-        lines.append(f"failed: {counts(failing)} (--attn-fail-on={','.join(v.lower() for v in fail_on)})")
-        return Outcome("fail", lines, comparisons, notes)
+        return Outcome("fail", [*lines, failed], comparisons, notes)
     return Outcome("pass", lines, comparisons, notes)
 
+
+def _nothing_compared(old: dict[str, Bench], new: dict[str, Bench], name: str, key: str, named: bool,
+                      selection: Selection | None, outcome: Outcome, failed: str) -> Outcome:
+    """A run that shares no case with its baseline: it fails where the baseline was named, or where it selected
+    a test file the baseline holds cases of (naming what differs, and what to do); else -- another suite
+    entirely -- it is not gated, and says so first."""
+    nothing = (f"no case of this run is in the baseline {name} ({len(old)} cases there, {len(new)} here): nothing"
+               " was compared")
+    files = shared_files(old, new, selection)
+    if named or files:
+        held = counted_files(old)
+        why = [f"this run selected {', '.join(f'{printable(f)} ({held[f]} cases there)' for f in files)}"] if files \
+            else []
+        differs = what_differs(old, new, selection)
+        if differs:
+            why.append(f"the baseline holds {'; '.join(d for d, _ in differs)}, which this run did not select")
+        missing = sum(c.verdict == "MISSING" for c in outcome.comparisons)
+        if missing:
+            why.append(f"the {missing} case(s) of it that this run selected were not measured (MISSING, above)")
+        said = "; ".join(why)
+        flags = " ".join(f for _, f in differs if f)
+        line = (f"error: {nothing}. {said[:1].upper() + said[1:]}{'. ' if said else ''}Run the baseline's"
+                f" selection{f' ({flags})' if flags else ''}; or run without a gate (--attn-baseline=off); or record"
+                " a baseline for this selection (--attn-save-baseline --attn-baselines-dir=DIR, then gate with"
+                f" --attn-baseline=DIR/{key}/baseline.json)")
+        return dataclasses.replace(outcome, status="fail", lines=[*outcome.lines, line, *([failed] if failed else [])])
+    if failed:  # (--attn-fail-on=unselected: the baseline's cases not in this run fail it)
+        return dataclasses.replace(outcome, status="fail", lines=[*outcome.lines, failed])
+    mine = counted_files(selection.names if selection is not None else new)
+    return dataclasses.replace(outcome, lines=[
+        f"NOT GATED: {nothing}. The baseline holds cases of {', '.join(printable(f) for f in counted_files(old))};"
+        f" this run selected none of those test files (it ran {', '.join(printable(f) for f in mine) or 'none'}):"
+        " another suite, which this baseline does not gate, so the exit status is the tests' own. To gate it,"
+        " record a baseline of its own (--attn-save-baseline --attn-baselines-dir=DIR) and gate with"
+        f" --attn-baseline=DIR/{key}/baseline.json"])

@@ -1,13 +1,28 @@
 """Text that fits a terminal: tables whose columns that say nothing (``n/a`` on every row) are left out and whose
 least needed columns go when the table is wider than the terminal, rows of a long first cell on two lines, and
-prose wrapped. Pure; the width is the caller's (the terminal's, e.g. 120)."""
+prose wrapped; and text read from a file printed as text (:func:`printable`), never as terminal control. Pure; the
+width is the caller's (the terminal's, e.g. 120)."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections.abc import Sequence
 
 EMPTY = ("n/a", "-", "unknown", "")
+
+#: What a terminal would act on rather than show: C0 and C1 controls (escape sequences, a newline, a carriage
+#: return), DEL, and the invisible format characters that reorder or hide text (bidirectional overrides,
+#: zero-width spaces), line and paragraph separators.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f"
+                      "\ufeff\ufff9-\ufffb]")
+
+
+def printable(text: str) -> str:
+    """``text`` (a case name, a device or a reason read from a file) with every control character written as its
+    escape (``\\x1b``, ``\\n``, ``\\u202e``): a name can then print neither a colour, a cleared screen, nor a
+    line of its own (a fake ``SLOWER`` row)."""
+    return _CONTROL.sub(lambda m: m[0].encode("unicode_escape").decode("ascii"), text)
 
 
 def _render(rows: Sequence[Sequence[str]], indent: str) -> list[str]:

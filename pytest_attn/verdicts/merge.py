@@ -9,7 +9,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core.files import InputError
-from .runs import Bench, benches
+from .runs import Bench, benches, records
+
+#: what a shard that measured nothing writes beside its empty ``benchmarks`` (plugin.workers.write_empty_shard)
+NOTHING = "attn_measured_nothing"
 
 
 class MergeError(InputError):
@@ -73,6 +76,58 @@ def shard_problems(runs: Sequence[tuple[str, dict[str, Any]]]) -> list[str]:
     have = ", ".join(f"{name} is {m.get('index')}/{count}" for name, m in shards.items())
     problems += [f"shard {i}/{count} is missing (have: {have})" for i in range(1, (count or 0) + 1) if i not in seen]
     return problems
+
+
+def models_problem(runs: Sequence[tuple[str, dict[str, Any]]]) -> str | None:
+    """Why ``runs`` cannot be merged for measuring on more than one GPU model, or None. Each case is gated
+    against its own model's baseline, and shards split the problems: each model's gate would see its shards'
+    share of the cases and find the rest missing. Pure."""
+    models: dict[str, list[str]] = {}
+    for name, run in runs:
+        for model in sorted({r.device.name for r in records(run)}):
+            models.setdefault(model, []).append(name)
+    if len(models) < 2:
+        return None
+    which = "; ".join(f"{', '.join(files)} on {model}" for model, files in models.items())
+    return (f"the files were measured on {len(models)} GPU models ({which}): each case is gated against its own"
+            " model's baseline, so each model's gate would see only its shards' share of the cases. Run every"
+            " shard on runners of one GPU model (a runner label per model), or merge each model's shards on"
+            " their own")
+
+
+def _reasons(counted: Any) -> str:
+    pairs = [(str(r), int(n)) for r, n in counted if isinstance(n, int)] if isinstance(counted, list) else []
+    shown = "; ".join(f"{n} x {r}" for r, n in pairs[:3])
+    return shown + (f"; and {len(pairs) - 3} more" if len(pairs) > 3 else "")
+
+
+def empty_shards(runs: Sequence[tuple[str, dict[str, Any]]]) -> tuple[list[str], list[str]]:
+    """(problems, notes) of the files that hold no benchmark. A shard that selected no case (more shards than
+    problems) is a note; one whose cases were all skipped or failed, or a file that does not say why it is
+    empty, is a problem: merged, it would gate a share of the run as if it were the whole. Pure."""
+    problems, notes = [], []
+    for name, run in runs:
+        if run.get("benchmarks"):
+            continue
+        mark = run.get("attn_shard") if isinstance(run.get("attn_shard"), dict) else {}
+        shard = f"shard {mark.get('index')}/{mark.get('count')} ({name})" if mark else name
+        why = run.get(NOTHING)
+        if not isinstance(why, dict):
+            problems.append(f"{name} holds no benchmarks and does not say why (pytest-attn writes why into a"
+                            " shard that measured nothing): was its run cut short, or is it another file?")
+            continue
+        selected, skipped, failed = why.get("selected", 0), why.get("skipped", 0), why.get("failed", 0)
+        if not selected:
+            notes.append(f"{shard} selected no case (more shards than problems): nothing to merge from it")
+            continue
+        how = []
+        if skipped:
+            how.append(f"{'its cases were all' if skipped == selected else f'{skipped} of its cases were'} skipped"
+                       f" ({_reasons(why.get('reasons'))})")
+        if failed:
+            how.append(f"{failed} failed (its job's log says why)")
+        problems.append(f"{shard} measured nothing: {', '.join(how) or f'none of its {selected} cases ran'}")
+    return problems, notes
 
 
 def by_device(run: dict[str, Any]) -> dict[str, dict[str, Bench]]:

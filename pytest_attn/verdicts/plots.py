@@ -1,15 +1,18 @@
 """Plots of a run's result records (matplotlib, the ``plots`` extra): throughput against sequence
 length per back end, and a roofline placing each case against the GPU's compute and bandwidth
 ceilings. Everything a point needs -- direction, lengths, figures, ceilings -- is read from the
-record, never from a test id."""
+record, never from a test id. Each figure is written whole, through :func:`~pytest_attn.core.files.write_atomic`
+(never through a link planted at its name)."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.files import write_atomic
 from ..core.record import Record
 
 PANELS = ("prefill (seqlen_q = seqlen_k)", "decode and chunked prefill (seqlen_q < seqlen_k)")
@@ -74,7 +77,7 @@ def write_plots(folder: Path, records: Sequence[Record]) -> list[str]:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return ["plots skipped: matplotlib is not installed (pip install -e \".[plots]\")"]
+        return ["plots skipped: matplotlib is not installed (pip install matplotlib)"]
     if not records:
         return ["plots skipped: no timed results in this run"]
     folder.mkdir(parents=True, exist_ok=True)
@@ -120,9 +123,7 @@ def _traces(plt: Any, folder: Path, traces: dict[str, list[tuple[float, float, f
         ax.grid(True, alpha=0.3)
     top.legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(folder / "sustained_trace.png", dpi=120)
-    plt.close(fig)
-    return str(folder / "sustained_trace.png")
+    return _save(plt, fig, folder / "sustained_trace.png")
 
 
 def energy_points(records: Sequence[Record]) -> dict[str, list[tuple[float, float]]]:
@@ -147,9 +148,7 @@ def _energy(plt: Any, folder: Path, by_backend: dict[str, list[tuple[float, floa
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(folder / "tflops_vs_tflops_per_j.png", dpi=120)
-    plt.close(fig)
-    return str(folder / "tflops_vs_tflops_per_j.png")
+    return _save(plt, fig, folder / "tflops_vs_tflops_per_j.png")
 
 
 def _throughput(plt: Any, folder: Path, series: dict[tuple[str, str, str], list[tuple[int, float]]]) -> str:
@@ -172,9 +171,7 @@ def _throughput(plt: Any, folder: Path, series: dict[tuple[str, str, str], list[
             ax.legend(fontsize=7)
     fig.suptitle("Attention throughput by back end")
     fig.tight_layout()
-    fig.savefig(folder / "tflops_vs_seqlen.png", dpi=120)
-    plt.close(fig)
-    return str(folder / "tflops_vs_seqlen.png")
+    return _save(plt, fig, folder / "tflops_vs_seqlen.png")
 
 
 def _roofline(plt: Any, folder: Path, pts: Sequence[Point], peak: float, ridge: float, which: str) -> str:
@@ -195,6 +192,15 @@ def _roofline(plt: Any, folder: Path, pts: Sequence[Point], peak: float, ridge: 
     ax.grid(True, alpha=0.3, which="both")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(folder / "roofline.png", dpi=120)
-    plt.close(fig)
-    return str(folder / "roofline.png")
+    return _save(plt, fig, folder / "roofline.png")
+
+
+def _save(plt: Any, fig: Any, path: Path) -> str:
+    """``fig`` as a PNG at ``path``, written whole (a link planted at ``path`` is replaced, its target untouched)."""
+    png = io.BytesIO()
+    try:
+        fig.savefig(png, format="png", dpi=120)
+    finally:
+        plt.close(fig)
+    write_atomic(path, png.getvalue())
+    return str(path)

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ..core.files import write_atomic
+from .layout import printable
 
 
 def verdict_counts(verdicts: Iterable[str], empty: str, *, by_name: bool = False) -> str:
@@ -21,21 +23,45 @@ def verdict_counts(verdicts: Iterable[str], empty: str, *, by_name: bool = False
     return ", ".join(f"{n} {v}" for v, n in items) or empty
 
 
+def md_code(text: str) -> str:
+    """``text`` (a case name, a path: read from a file) as a Markdown code span it cannot leave: its control
+    characters escaped (:func:`~.layout.printable`), fenced by one backtick more than the longest run of them in
+    it, and padded where it starts or ends with one. Inside a code span nothing is markup: no bold, no link, no
+    HTML."""
+    text = printable(text)
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or (text.startswith(" ") and text.endswith(" ")) else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def md_cell(text: str) -> str:
+    """``text`` as the content of one Markdown table cell: a ``|`` (which ends a cell even inside a code span)
+    escaped, and no line break (control characters escaped)."""
+    return printable(text).replace("|", "\\|")
+
+
+def md_text(text: str) -> str:
+    """Prose that may hold a name from a file, as one line of Markdown: control characters escaped, and ``<``
+    and ``&`` as entities (no raw HTML)."""
+    return printable(text).replace("&", "&amp;").replace("<", "&lt;")
+
+
 def markdown_table(header: Sequence[str], rows: Iterable[tuple[Sequence[str], bool]], verdict_column: int) -> str:
-    """A Markdown table; each row's first cell as code, and its verdict in bold where the row fails the run."""
+    """A Markdown table; each row's first cell as code (:func:`md_code`), every cell escaped for a table
+    (:func:`md_cell`), and its verdict in bold where the row fails the run."""
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for cells, failing in rows:
-        row = list(cells)
-        row[0] = f"`{row[0]}`"
+        row = [md_code(cells[0]), *(md_text(c) for c in cells[1:])]
         if failing:
             row[verdict_column] = f"**{row[verdict_column]}**"
-        out.append("| " + " | ".join(row) + " |")
+        out.append("| " + " | ".join(md_cell(c) for c in row) + " |")
     return "\n".join(out) + "\n"
 
 
 def explained(items: Iterable[tuple[str, str, str]]) -> str:
-    """``- `case` VERDICT: why`` per (case, verdict, why)."""
-    return "".join(f"- `{name}` {verdict}: {why}\n" for name, verdict, why in items)
+    """``- `case` VERDICT: why`` per (case, verdict, why), the case a code span and the why one line of text."""
+    return "".join(f"- {md_code(name)} {verdict}: {md_text(why)}\n" for name, verdict, why in items)
 
 
 def csv_rows(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:

@@ -1,8 +1,10 @@
 """The regression gate: the benchmarks of two runs in (:mod:`.runs`), a verdict per benchmark out. Pure.
 
 Verdicts: SLOWER, FASTER, SAME, AMBIGUOUS, CLOCK (slower in time, not in clock cycles), TIMER (the two
-medians were taken by different timers or calls per sample: not compared), NEW (not in the baseline) and
-MISSING (in the baseline, not in this run).
+medians were taken by different timers or calls per sample: not compared), NEW (not in the baseline), MISSING
+(in the baseline and selected by this run, not measured: skipped, failed; fails the run by default) and
+UNSELECTED (in the baseline, not selected by this run: another test file, ``-k``, another back end). This module
+says MISSING for every case only in the baseline; :mod:`.selection` tells the two apart.
 
 **Like with like.** A median is a figure of its timer: one pair of CUDA events around a 200 us cuDNN fwd+bwd
 step reads the host's autograd launches (506 us on an H100), the sum of its kernels reads 199 us. A gated run
@@ -17,17 +19,15 @@ captured, no CUPTI): it says what differs and what to do, and fails the run by d
 * between runs (the clock, the GPU's temperature, memory placement): the spread of the case's medians
   over independent runs (``--attn-add-to-baseline`` adds one to a stored baseline) where it has them --
   at least the median spread over all cases (a spread of three is itself noisy) and :data:`FLOOR` -- else
-  an assumed :data:`ASSUMED_RUN_NOISE` (on an H200, a clean rerun of 110 cases moved them by -2.3 % to
-  +3.2 %). On a CPU the largest spread of any case stands for every case (:class:`Noise`, ``worst``): on
-  the 2-core CI VM clean reruns of the CPU profile moved cases whose own three repeats agreed by +40 to
-  +67 %; pooled by the median (10 %), four of five reruns had 3-10 SLOWER; by the largest (26 %), none.
-  A repeat more than twice or under half the median of a case's three or more is left out of its spread
-  (:func:`repeat_spread`): with one 100x repeat in one case, a 300 % slowdown was AMBIGUOUS everywhere.
+  an assumed :data:`ASSUMED_RUN_NOISE`. On a CPU the largest spread of any case stands for every case
+  (:class:`Noise`, ``worst``): on a shared CI machine a jump between runs can hit any case. A repeat more
+  than twice or under half the median of a case's three or more is left out of its spread
+  (:func:`repeat_spread`): one odd run must not blind the gate.
 
-A side's noise is ``sqrt(within^2 + between^2 / K)`` (K repeats averaged), the change's noise
-``sigma = sqrt(base^2 + current^2)`` -- plus :data:`OTHER_GPU_NOISE` once where the baseline was recorded on
-another GPU of the model (a committed baseline, a pool of runners) -- and with the threshold ``t`` (default
-5 %) and ``Z`` = 3:
+A side's noise is ``sqrt(within^2 + between^2 / K)`` (K repeats averaged; a baseline over several GPUs: the mean
+of its GPUs' medians), the change's noise ``sigma = sqrt(base^2 + current^2 + gpus^2)``, ``gpus`` the spread
+between this run's GPU and the baseline's (:mod:`.fleet`: measured from a baseline's repeats on several GPUs, else
+an allowance measured on real hosts) -- and with the threshold ``t`` (default 5 %) and ``Z`` = 3:
 
 * SLOWER when the change is at least ``max(Z * sigma, t / 2)``: beyond what noise does, and at least
   half the threshold (a paired A/B, :mod:`.ab.paired`, 5/8 of it) -- FASTER the mirror image;
@@ -35,10 +35,8 @@ another GPU of the model (a committed baseline, a pool of runners) -- and with t
 * AMBIGUOUS otherwise: the evidence overlaps (too noisy to tell a change of ``t`` from none).
 
 **False alarms and power.** With the noise known, an unchanged case is called SLOWER only when it
-moved beyond both ``3 sigma`` and ``t / 2``: at most 0.13 % of the time. Simulated with 3-repeat
-baselines (tests/test_gate.py, 400 cases each): at 0.3 % between-run noise per run, A/A pairs gave 400
-SAME and a 5 % shift 400 SLOWER; at 0.7 %, A/A gave 372 SAME, 26 AMBIGUOUS, 2 SLOWER, and a 5 % shift
-383 SLOWER and 17 AMBIGUOUS -- a rough noise estimate costs a few AMBIGUOUS, never a SAME.
+moved beyond both ``3 sigma`` and ``t / 2``: at most 0.13 % of the time; a rough noise estimate costs a few
+AMBIGUOUS, never a SAME (simulated in tests/test_gate.py; measured: docs/gpu-validation.md#the-stored-baseline-gate).
 
 **Clocks.** Where both runs recorded their SM clock, the verdict is checked in cycles (time x clock), by
 the same rule (a stored baseline pairs each repeat's time with its own clock). A SLOWER (FASTER) that
@@ -46,39 +44,31 @@ is not SLOWER there is CLOCK -- the GPU ran at a lower clock, not slower code; t
 the move is the clock's, and when this run sat at the power cap, that a kernel drawing more power
 lowers the clock itself. A SAME is AMBIGUOUS when the clock rose by :data:`CLOCK_STEP` or more and the
 cycles are slower and not SAME: a faster clock can hide a slower kernel. (A speedup hidden by a slower
-clock stays SAME: the gate is for slowdowns.) On an H200 (2026-11-23) a 5 % slowdown met a clock 2-5 %
-faster than the baseline's on four cases, whose time then moved -0.4 % to +0.6 %: SAME by time alone,
-+2.3 % to +4.9 % in cycles; the clean rerun of the same 113 cases lost no SAME to this rule.
-A case that stopped at its time cap before its precision target keeps its verdict and says so.
+clock stays SAME: the gate is for slowdowns.) A faster clock hid a 5 % slowdown on four cases of an H200
+run (docs/gpu-validation.md#the-stored-baseline-gate). A case that stopped at its time cap before its
+precision target keeps its verdict and says so.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ..core.percent import parse_percent
-from ..core.stats import OUTLIER_FACTOR, Z95, median, relative_spread, times_off, without_outliers
+from ..core.stats import OUTLIER_FACTOR, Z95, median, times_off
+from .fleet import FleetNoise, gpu_factor, spread
 from .runs import Bench
+from .verdict import DEFAULT_FAIL_ON, ORDER, Verdict
 
-VERDICTS = ("SLOWER", "TIMER", "CLOCK", "AMBIGUOUS", "FASTER", "SAME", "NEW", "MISSING")
-#: Verdicts ``--attn-fail-on`` may name.
-FAILABLE = ("SLOWER", "TIMER", "CLOCK", "AMBIGUOUS", "FASTER", "MISSING")
-#: What fails a run unless ``--attn-fail-on`` says otherwise: a slowdown, and a case that could not be compared.
-DEFAULT_FAIL_ON = ("SLOWER", "TIMER")
+VERDICTS = ORDER  # (the vocabulary: .verdict)
 DEFAULT_THRESHOLD = 0.05
 Z = 3.0
 ASSUMED_RUN_NOISE = 0.01  # between-run noise of one GPU run's median when the baseline measured none
 ASSUMED_CPU_RUN_NOISE = 0.05  # the same on a CPU (shared machines, frequency scaling)
 FLOOR = 0.0025  # between-run noise is never taken as less than this
-#: The noise of a case's median between two GPUs of one model, added once where the baseline was recorded on
-#: another GPU (its UUID) than this run's: the committed H100 baseline (GPU-fad9c7ce, 2026-11-24) against two
-#: clean reruns on another H100 (GPU-cc20cb34, 2026-11-25) moved its 206 cases by a standard deviation of 0.92 %
-#: (robust 0.70 %; up to +2.9 % on a latency-bound 16 us decode step), where the two reruns on one GPU differed
-#: by 0.33 % a run. Against the baseline's own repeats alone, that rerun had 2 SLOWER.
-OTHER_GPU_NOISE = 0.009
 CLOCK_STEP = 0.01  # an SM clock move under this (about one 15 MHz step at 1.5-2 GHz) is not taken as one
 
 
@@ -93,16 +83,6 @@ def parse_override(text: str) -> tuple[str, str, float]:
     if not m:
         raise ValueError(f"threshold override {text!r} must look like backend:NAME=10% or group:NAME=3%")
     return m[1], m[2].strip(), parse_fraction(m[3])
-
-
-def parse_fail_on(text: str) -> tuple[str, ...]:
-    """``slower,ambiguous`` -> ("SLOWER", "AMBIGUOUS"); each among :data:`FAILABLE`."""
-    names = tuple(x.strip().upper() for x in text.split(",") if x.strip())
-    bad = [n for n in names if n not in FAILABLE]
-    if not names or bad:
-        raise ValueError(f"{text!r} is not a list of verdicts: give one or more of"
-                         f" {', '.join(n.lower() for n in FAILABLE)} (e.g. slower,missing)")
-    return names
 
 
 @dataclass(frozen=True)
@@ -134,18 +114,26 @@ class Thresholds:
 class Noise:
     """The between-run noise the rule assumes: measured (from repeats) or assumed. On a GPU a case's
     noise is its own (the power-capped cases move most), pooled by the median spread; on a CPU a jump
-    between runs can hit any case, so the largest spread of any case is every case's (``worst``)."""
+    between runs can hit any case, so the largest spread of any case is every case's (``worst``). And the
+    between-GPU spread (:class:`.fleet.FleetNoise`): none on a CPU."""
 
     pooled: float | None  # the median (worst: the largest) spread over the baseline's cases with repeats
     assumed: float = ASSUMED_RUN_NOISE
     worst: bool = False
+    fleet: FleetNoise | None = None  # None: no between-GPU noise (a CPU, or two runs compared without a baseline)
 
     @classmethod
     def of(cls, base: Mapping[str, Bench], cur: Mapping[str, Bench], cpu: bool = False) -> Noise:
         """The noise of two runs on a GPU, or with ``cpu`` on a CPU (its assumed noise, the worst case)."""
         spreads = [s for b in (*base.values(), *cur.values()) if (s := repeat_spread(b)) is not None]
         pooled = (max if cpu else median)(spreads) if spreads else None
-        return cls(pooled, ASSUMED_CPU_RUN_NOISE if cpu else ASSUMED_RUN_NOISE, cpu)
+        noise = cls(pooled, ASSUMED_CPU_RUN_NOISE if cpu else ASSUMED_RUN_NOISE, cpu)
+        if cpu:
+            return noise
+        run = pooled if pooled is not None else noise.assumed
+        fleet = FleetNoise.of(((b.backend, b.bound, spread(b.repeats_s, b.repeats_gpu)) for b in base.values()
+                               if b.repeats_s), max(FLOOR, run))
+        return dataclasses.replace(noise, fleet=fleet)
 
     def between(self, b: Bench, c: Bench) -> float:
         """The between-run noise of one run of this case."""
@@ -154,23 +142,34 @@ class Noise:
             return self.assumed
         return max([FLOOR, *own, *([self.pooled] if self.pooled is not None else [])])
 
+    def gpu(self, b: Bench, c: Bench, between: float) -> tuple[float, float, str]:
+        """(tau, the multiple of tau^2 between ``c``'s GPU and ``b``'s centre, where tau came from) for this case;
+        (0, 0, "") on a CPU or between two runs without a baseline's repeats."""
+        if self.fleet is None or not b.repeats_s:
+            return 0.0, 0.0, ""
+        s = spread(b.repeats_s, b.repeats_gpu)
+        tau, source = self.fleet.tau(b.backend, b.bound, s.tau(between))
+        return tau, gpu_factor(s, c.gpu), source
+
     def describe(self) -> str:
         if self.pooled is None:
-            return (f"between-run noise assumed {self.assumed:.1%} per run (no repeats recorded: to measure it, add"
-                    " two repeats to the baseline with --attn-add-to-baseline)")
-        if self.worst:
-            return (f"between-run noise measured from repeats: the largest of any case, {self.pooled:.2%} per run,"
-                    " taken for every case (on a CPU a jump between runs can hit any case)")
-        return f"between-run noise measured from repeats: median {self.pooled:.2%} per run (floor {FLOOR:.2%})"
+            run = (f"between-run noise assumed {self.assumed:.1%} per run (no repeats recorded: to measure it, add"
+                   " two repeats to the baseline with --attn-add-to-baseline)")
+        elif self.worst:
+            run = (f"between-run noise measured from repeats: the largest of any case, {self.pooled:.2%} per run,"
+                   " taken for every case (on a CPU a jump between runs can hit any case)")
+        else:
+            run = f"between-run noise measured from repeats: median {self.pooled:.2%} per run (floor {FLOOR:.2%})"
+        return run if self.fleet is None else f"{run}; {self.fleet.describe()}"
 
 
 def repeat_spread(bench: Bench) -> float | None:
-    """The spread of a case's repeats, an outlier repeat left out (:func:`~pytest_attn.core.stats.without_outliers`):
-    one odd run of three must not make every case AMBIGUOUS (on a CPU the largest spread is every case's). Two
-    repeats too far apart to say which is odd have no spread to give (:func:`odd_pair`)."""
-    if odd_pair(bench):
+    """The spread of a case's repeats around their own GPU's median (pooled within GPUs, :func:`.fleet.spread`), an
+    outlier repeat left out: one odd run of three must not make every case AMBIGUOUS (on a CPU the largest spread is
+    every case's). Two repeats too far apart to say which is odd have no spread to give (:func:`odd_pair`)."""
+    if odd_pair(bench) or len(bench.repeats_s) < 2:
         return None
-    return relative_spread(without_outliers(bench.repeats_s)[0])
+    return spread(bench.repeats_s, bench.repeats_gpu).run
 
 
 def odd_pair(bench: Bench) -> str:
@@ -185,29 +184,31 @@ def odd_pair(bench: Bench) -> str:
 
 
 def side_sigma(bench: Bench, between: float) -> float:
-    """Relative noise of one run's median: within (its samples' CI) and between runs, over K repeats."""
+    """Relative noise of one run's median: within (its samples' CI) and between runs, over its repeats (a baseline
+    over several GPUs: the variance of the mean of its GPUs' medians, :meth:`.fleet.Spread.center_variance`)."""
     within = bench.spread / Z95 if math.isfinite(bench.spread) else 1.0
-    repeats = max(1, len(bench.repeats_s))
-    return math.sqrt(within**2 + between**2 / repeats)
+    if len(bench.repeats_s) < 2:
+        return math.sqrt(within**2 + between**2)
+    return math.sqrt(within**2 + spread(bench.repeats_s, bench.repeats_gpu).center_variance(between))
 
 
-def verdict(change: float, sigma: float, threshold: float, least: float = 0.5) -> str:
+def verdict(change: float, sigma: float, threshold: float, least: float = 0.5) -> Verdict:
     """SLOWER, FASTER, SAME or AMBIGUOUS for a relative ``change`` with noise ``sigma`` (see the module);
     ``least``: the smallest change called SLOWER or FASTER, as a fraction of the threshold."""
     limit = max(Z * sigma, threshold * least)
     if change >= limit:
-        return "SLOWER"
+        return Verdict.SLOWER
     if change <= -limit:
-        return "FASTER"
+        return Verdict.FASTER
     if abs(change) < threshold / 2 and abs(change) + Z * sigma < threshold:
-        return "SAME"
-    return "AMBIGUOUS"
+        return Verdict.SAME
+    return Verdict.AMBIGUOUS
 
 
 @dataclass(frozen=True)
 class Comparison:
     name: str
-    verdict: str
+    verdict: Verdict
     baseline: Bench | None
     current: Bench | None
     change: float | None = None  # current / baseline - 1
@@ -216,6 +217,8 @@ class Comparison:
     cycles_change: float | None = None  # the same in clock cycles (time x SM clock), where both have clocks
     notes: tuple[str, ...] = ()
     in_time: str = ""  # the verdict of the time alone, before the clock cycles were consulted
+    gpu_noise: float = 0.0  # Z x the between-GPU part of sigma (0: the same GPU, a CPU, no baseline repeats)
+    gpu_source: str = ""  # where that part came from: "own" (this case's GPUs), "pooled" (its class's), "allowance"
 
     @property
     def entry(self) -> Bench:
@@ -249,29 +252,22 @@ def _clock_note(change: float, cycles_change: float, clock: float, moved: str, c
     return f"{head}: {moved} and took the time over that line; the code's own part is the change in cycles"
 
 
-def _consult_cycles(in_time: str, change: float, cycles_change: float, b: Bench, c: Bench, sigma: float,
-                    threshold: float) -> tuple[str, str]:
+def _consult_cycles(in_time: Verdict, change: float, cycles_change: float, b: Bench, c: Bench, sigma: float,
+                    threshold: float) -> tuple[Verdict, str]:
     """The verdict once the clock cycles are consulted (see the module), and the note when they changed
     it ("" when not): CLOCK for a SLOWER (FASTER) that is not one in cycles; AMBIGUOUS for a SAME whose
     clock rose by a step while in cycles it is slower and not SAME."""
     in_cycles = verdict(cycles_change, sigma, threshold)
     clock = c.sm_clock_mhz / b.sm_clock_mhz - 1  # type: ignore[operator]
     moved = f"the SM clock moved {clock:+.1%} ({b.sm_clock_mhz:.0f} -> {c.sm_clock_mhz:.0f} MHz)"
-    if in_time in ("SLOWER", "FASTER") and in_cycles != in_time:
-        return "CLOCK", _clock_note(change, cycles_change, clock, moved, c, sigma, threshold)
-    if in_time == "SAME" and clock >= CLOCK_STEP and cycles_change > 0 and in_cycles != "SAME":
-        return "AMBIGUOUS", (
+    if in_time in (Verdict.SLOWER, Verdict.FASTER) and in_cycles != in_time:
+        return Verdict.CLOCK, _clock_note(change, cycles_change, clock, moved, c, sigma, threshold)
+    if in_time == Verdict.SAME and clock >= CLOCK_STEP and cycles_change > 0 and in_cycles != Verdict.SAME:
+        return Verdict.AMBIGUOUS, (
             f"SAME in time ({change:+.1%}) but {cycles_change:+.1%} in clock cycles (time x SM clock): {moved}, and"
             " a faster clock can hide a slower kernel (one limited by memory, which barely follows the SM clock,"
             " shows more cycles without being slower): rerun, or lock the clocks")
     return in_time, ""
-
-
-def other_gpu(b: Bench, c: Bench) -> bool:
-    """The two medians come from two GPUs (their UUIDs differ; unknown counts as the same)."""
-    ub = b.record.device.uuid if b.record is not None else None
-    uc = c.record.device.uuid if c.record is not None else None
-    return bool(ub and uc and ub != uc)
 
 
 def unlike(b: Bench, c: Bench) -> str:
@@ -292,9 +288,8 @@ def unlike(b: Bench, c: Bench) -> str:
 
 def host_noise(b: Bench, c: Bench) -> float:
     """The share of an events figure the GPU sat idle while the host launched the call (``Timing.host_gap``), the
-    larger of the two runs': it moves with the host. On an H100, FA4's varlen fwd+bwd (kernels 6.6-7.0 ms) read
-    7.54 ms by events in the committed baseline and 7.04 and 7.25 ms on another host: FASTER against its repeats'
-    1.3 % spread alone; its gaps were 2-5 % of the call."""
+    larger of the two runs': it moves with the host (a case timed by events read 4-7 % faster on another host:
+    docs/gpu-validation.md#the-stored-baseline-gate)."""
     gaps = [t.host_gap for t in (x.record.timing for x in (b, c) if x.record is not None)
             if t.timer == "cuda-event" and t.host_gap]
     return max([*gaps, unrecorded_gap(b, c)], default=0.0)
@@ -303,9 +298,8 @@ def host_noise(b: Bench, c: Bench) -> float:
 def unrecorded_gap(b: Bench, c: Bench) -> float:
     """A baseline timed by events before the gaps were recorded (no ``host_gap`` in its record): its gap, as far
     as this run's kernels tell it -- what they leave of the baseline's median. That presumes the kernels did not
-    change; where they did, the change counts as noise (AMBIGUOUS, not SAME: record the baseline again). On an H100
-    (2026-11-26) FA4's varlen fwd+bwd, baseline 7.54 ms by events and no gap recorded, read 7.32 and 7.07 ms with
-    6.9-7.2 ms of kernels: FASTER once, against a noise of this run's own 0-2 % gap."""
+    change; where they did, the change counts as noise (AMBIGUOUS, not SAME: record the baseline again). Measured:
+    docs/gpu-validation.md#the-stored-baseline-gate."""
     if b.record is None or c.record is None:
         return 0.0
     tb, tc = b.record.timing, c.record.timing
@@ -319,14 +313,15 @@ def _compare_one(name: str, b: Bench, c: Bench, thresholds: Thresholds, noise: N
     threshold = thresholds.for_bench(c)
     differs = unlike(b, c)
     if differs:
-        return Comparison(name, "TIMER", b, c, change, threshold, notes=(differs,))
+        return Comparison(name, Verdict.TIMER, b, c, change, threshold, notes=(differs,))
     odd = odd_pair(b)
     if odd:
-        return Comparison(name, "AMBIGUOUS", b, c, change, threshold, notes=(odd,))
+        return Comparison(name, Verdict.AMBIGUOUS, b, c, change, threshold, notes=(odd,))
     between = noise.between(b, c)
     host = host_noise(b, c)
-    sigma = math.hypot(side_sigma(b, between), side_sigma(c, between), OTHER_GPU_NOISE if other_gpu(b, c) else 0.0,
-                       host)
+    tau, factor, source = noise.gpu(b, c, between)
+    gpu_sigma = tau * math.sqrt(factor)
+    sigma = math.hypot(side_sigma(b, between), side_sigma(c, between), gpu_sigma, host)
     in_time = verdict(change, sigma, threshold)
     result, notes = in_time, []
     if host:
@@ -342,7 +337,8 @@ def _compare_one(name: str, b: Bench, c: Bench, thresholds: Thresholds, noise: N
     for side, bench in (("baseline", b), ("this run", c)):
         if not bench.converged:
             notes.append(f"{side} did not converge (time cap; its median's 95% CI is +-{bench.spread:.1%})")
-    return Comparison(name, result, b, c, change, threshold, Z * sigma, cycles_change, tuple(notes), in_time)
+    return Comparison(name, result, b, c, change, threshold, Z * sigma, cycles_change, tuple(notes), in_time,
+                      Z * gpu_sigma, source if gpu_sigma else "")
 
 
 def compare(base: Mapping[str, Bench], cur: Mapping[str, Bench], thresholds: Thresholds,
@@ -353,9 +349,9 @@ def compare(base: Mapping[str, Bench], cur: Mapping[str, Bench], thresholds: Thr
     for name in sorted(set(base) | set(cur)):
         b, c = base.get(name), cur.get(name)
         if b is None:
-            out.append(Comparison(name, "NEW", None, c))
+            out.append(Comparison(name, Verdict.NEW, None, c))
         elif c is None:
-            out.append(Comparison(name, "MISSING", b, None))
+            out.append(Comparison(name, Verdict.MISSING, b, None))
         else:
             out.append(_compare_one(name, b, c, thresholds, noise))
     return sorted(out, key=lambda x: (VERDICTS.index(x.verdict), x.name))

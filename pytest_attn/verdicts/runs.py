@@ -17,6 +17,7 @@ from typing import Any
 
 from ..core.record import Record, TimerPin, is_record
 from ..core.stats import median
+from .fleet import center
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,17 @@ class Bench:
     sm_clock_mhz: float | None = None  # the median SM clock while sampling (a baseline: of its repeats)
     stop_reason: str = ""  # "precision", "time-cap", "sample-cap"; an A/B's "noise-cap" ("" when not recorded)
     repeats_clock_mhz: tuple[float, ...] = ()  # the SM clock of each of ``repeats_s``, when all are known
+    repeats_gpu: tuple[str, ...] = ()  # the GPU (UUID) of each of ``repeats_s`` ("" where not known)
+
+    @property
+    def gpu(self) -> str | None:
+        """The UUID of the GPU that measured this median (the newest repeat's, for a baseline)."""
+        return self.record.device.uuid if self.record is not None else None
+
+    @property
+    def bound(self) -> str:
+        """"compute", "memory" or "unknown": the class whose between-GPU spread stands for this case's."""
+        return self.record.figures.bound if self.record is not None else "unknown"
 
     @property
     def pin(self) -> TimerPin | None:
@@ -49,12 +61,22 @@ class Bench:
         """Median time x median SM clock: the figure with the clock's speed taken out (over repeats, the
         median of each repeat's time x clock)."""
         if self.repeats_s and len(self.repeats_clock_mhz) == len(self.repeats_s):
-            return median([t * f * 1e6 for t, f in zip(self.repeats_s, self.repeats_clock_mhz, strict=True)])
+            return center([t * f * 1e6 for t, f in zip(self.repeats_s, self.repeats_clock_mhz, strict=True)],
+                          self.repeats_gpu)
         return self.median_s * self.sm_clock_mhz * 1e6 if self.sm_clock_mhz else None
 
 
 def _finite(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def repeat_gpus(record: Record) -> tuple[str, ...]:
+    """The GPU of each stored repeat: as recorded, or -- a baseline from before they were -- the record's own
+    GPU for all (a case's repeats were then added on one GPU; docs/gate.md)."""
+    timing = record.timing
+    if len(timing.repeats_gpu) == len(timing.repeats_s):
+        return timing.repeats_gpu
+    return (record.device.uuid or "",) * len(timing.repeats_s)
 
 
 def bench_of(record: Record, median_s: float | None = None) -> Bench:
@@ -63,7 +85,7 @@ def bench_of(record: Record, median_s: float | None = None) -> Bench:
     return Bench(record.name, record.case.group, record.case.backend, median_s or record.median_s,
                  _finite(record.timing.precision) or 0.0, record.figures.tflops, record.figures.mfu_datasheet, record,
                  record.timing.repeats_s, median(list(clocks)) if clocks else record.clocks.sm_clock_mhz,
-                 record.timing.stop_reason, clocks)
+                 record.timing.stop_reason, clocks, repeat_gpus(record))
 
 
 def _bench(raw: Mapping[str, Any]) -> Bench:
@@ -108,3 +130,24 @@ def partial_note(run: dict[str, Any]) -> str | None:
     selected = mark.get("cases_selected")
     of = f" of {selected}" if selected is not None else ""
     return f"{mark.get('reason', 'stopped early')}, {mark.get('cases_measured', '?')}{of} cases measured"
+
+
+#: How a cut-short run's reason begins, for its headline (what comes before " (" is what happened).
+CUT_SHORT = ("interrupted", "stopped early", "the process died", "cut short")
+
+
+def partial_headline(run: Mapping[str, Any]) -> str | None:
+    """A cut-short run in the words of a headline -- "interrupted after 12 of 40 cases: partial", "the process
+    died after 16 cases: partial", a merge's "40 cases, not the whole run: partial" -- or None for a whole run."""
+    mark = run.get("attn_partial")
+    if not isinstance(mark, dict):
+        return None
+    reason = str(mark.get("reason") or "stopped early")
+    _, _, of_file = reason.partition(": ")  # a merge of one cut-short file: "run.json: interrupted (SIGTERM)"
+    if not reason.startswith(CUT_SHORT) and "; " not in reason and of_file.startswith(CUT_SHORT):
+        reason = of_file
+    selected = mark.get("cases_selected")
+    cases = f"{mark.get('cases_measured', '?')}{f' of {selected}' if selected is not None else ''} cases"
+    if reason.startswith(CUT_SHORT):
+        return f"{reason.split(' (')[0]} after {cases}: partial"
+    return f"{cases}, not the whole run: partial"

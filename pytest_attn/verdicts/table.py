@@ -4,24 +4,15 @@ and the notes that say which figures to doubt. Pure."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from ..core.device import DeviceInfo
 from ..core.record import Peers, Record
 from ..core.sustained import ranking_change
-from .layout import fit_table, wrap
+from .layout import fit_table, printable, wrap
 from .peers import peers_of, slow_path_lines
 from .rule import Comparison
-
-COLUMNS = ("backend", "median", "±95%", "sustained", "vs saved", "vs best", "speedup", "TFLOP/s", "MFU", "MFU@clk",
-           "of ceil", "SM MHz", "load MHz", "W", "TFLOP/J", "TB/s", "FLOP/B", "bound", "peak mem", "timer")
-#: A memory-bound problem (decode) reads TB/s against the copy ceiling first.
-MEMORY_COLUMNS = ("backend", "median", "±95%", "sustained", "vs saved", "vs best", "speedup", "TB/s", "of ceil",
-                  "TFLOP/s", "MFU", "MFU@clk", "SM MHz", "load MHz", "W", "TFLOP/J", "FLOP/B", "bound", "peak mem",
-                  "timer")
-#: What goes first where a table is wider than the terminal (every figure stays in the JSON and --attn-report).
-DROP_ORDER = ("FLOP/B", "bound", "SM MHz", "peak mem", "MFU@clk", "speedup", "of ceil", "vs best", "TB/s", "W")
-MEMORY_DROP_ORDER = ("FLOP/B", "bound", "SM MHz", "MFU@clk", "MFU", "TFLOP/s", "peak mem", "speedup", "vs best", "W")
 
 
 def fmt_time(seconds: float) -> str:
@@ -61,32 +52,69 @@ def fmt_change(c: Comparison | None) -> str:
     return f"{c.change * 100:+.1f}%{flag}"
 
 
-def row(result: Record, slowdown: float = 1.0, speedup: float | None = None,
-        compared: Comparison | None = None) -> tuple[str, ...]:
-    f, t = result.figures, result.timing
-    clock = result.clocks.sm_clock_mhz
-    timer = t.timer + (f" x{t.calls_per_sample}" if t.calls_per_sample > 1 else "")
-    loaded, *under_load = _sustained_cells(result)
-    return (
-        result.case.backend,
-        fmt_time(f.median_s),
-        fmt_pct(t.precision) if math.isfinite(t.precision) else "n/a",
-        loaded,
-        fmt_change(compared),
-        f"{slowdown:.2f}x",
-        "n/a" if speedup is None else f"{speedup:.1f}x",
-        fmt_num(f.tflops, 1 if f.tflops >= 1 else 3),
-        fmt_pct(f.mfu_datasheet),
-        fmt_pct(f.mfu_at_clock),
-        fmt_pct(result.ceilings.of_bound(f.bound)),
-        "n/a" if clock is None else f"{clock:.0f}",
-        *under_load,
-        fmt_num(f.tbps, 2 if f.tbps >= 0.01 else 4),
-        fmt_num(f.arithmetic_intensity, 0),
-        f.bound,
-        fmt_bytes(result.peak_memory_bytes),
-        timer,
-    )
+@dataclass(frozen=True)
+class Row:
+    """What one row's cells are read from: the result, and where it stands among its problem's results."""
+
+    result: Record
+    slowdown: float = 1.0  # its median over the fastest of its problem
+    speedup: float | None = None  # the reference back end's median over its own
+    compared: Comparison | None = None  # against a saved run (--benchmark-compare)
+
+
+def _timer(r: Row) -> str:
+    t = r.result.timing
+    return t.timer + (f" x{t.calls_per_sample}" if t.calls_per_sample > 1 else "")
+
+
+def _clock(r: Row) -> str:
+    clock = r.result.clocks.sm_clock_mhz
+    return "n/a" if clock is None else f"{clock:.0f}"
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    cell: Callable[[Row], str]
+
+
+#: Every column, declared once with its cell, in the order of a compute-bound problem's table.
+COLUMNS: tuple[Column, ...] = (
+    Column("backend", lambda r: r.result.case.backend),
+    Column("median", lambda r: fmt_time(r.result.figures.median_s)),
+    Column("±95%", lambda r: fmt_pct(p) if math.isfinite(p := r.result.timing.precision) else "n/a"),
+    Column("sustained", lambda r: _sustained_cells(r.result)[0]),
+    Column("vs saved", lambda r: fmt_change(r.compared)),
+    Column("vs best", lambda r: f"{r.slowdown:.2f}x"),
+    Column("speedup", lambda r: "n/a" if r.speedup is None else f"{r.speedup:.1f}x"),
+    Column("TFLOP/s", lambda r: fmt_num(f := r.result.figures.tflops, 1 if f >= 1 else 3)),
+    Column("MFU", lambda r: fmt_pct(r.result.figures.mfu_datasheet)),
+    Column("MFU@clk", lambda r: fmt_pct(r.result.figures.mfu_at_clock)),
+    Column("of ceil", lambda r: fmt_pct(r.result.ceilings.of_bound(r.result.figures.bound))),
+    Column("SM MHz", _clock),
+    Column("load MHz", lambda r: _sustained_cells(r.result)[1]),
+    Column("W", lambda r: _sustained_cells(r.result)[2]),
+    Column("TFLOP/J", lambda r: _sustained_cells(r.result)[3]),
+    Column("TB/s", lambda r: fmt_num(f := r.result.figures.tbps, 2 if f >= 0.01 else 4)),
+    Column("FLOP/B", lambda r: fmt_num(r.result.figures.arithmetic_intensity, 0)),
+    Column("bound", lambda r: r.result.figures.bound),
+    Column("peak mem", lambda r: fmt_bytes(r.result.peak_memory_bytes)),
+    Column("timer", _timer),
+)
+ORDER = tuple(c.name for c in COLUMNS)
+#: A memory-bound problem (decode) reads TB/s against the copy ceiling first.
+MEMORY_ORDER = ("backend", "median", "±95%", "sustained", "vs saved", "vs best", "speedup", "TB/s", "of ceil",
+                "TFLOP/s", "MFU", "MFU@clk", "SM MHz", "load MHz", "W", "TFLOP/J", "FLOP/B", "bound", "peak mem",
+                "timer")
+#: What goes first where a table is wider than the terminal (every figure stays in the JSON and --attn-report).
+DROP_ORDER = ("FLOP/B", "bound", "SM MHz", "peak mem", "MFU@clk", "speedup", "of ceil", "vs best", "TB/s", "W")
+MEMORY_DROP_ORDER = ("FLOP/B", "bound", "SM MHz", "MFU@clk", "MFU", "TFLOP/s", "peak mem", "speedup", "vs best", "W")
+_BY_NAME = {c.name: c for c in COLUMNS}
+
+
+def cells(row: Row, order: Sequence[str] = ORDER) -> tuple[str, ...]:
+    """The row's cells, in ``order`` (column names)."""
+    return tuple(_BY_NAME[name].cell(row) for name in order)
 
 
 def _sustained_cells(result: Record) -> tuple[str, str, str, str]:
@@ -106,9 +134,10 @@ def _sustained_cells(result: Record) -> tuple[str, str, str, str]:
 CLOCK_DRIFT_FLAG = 0.03
 
 
-def result_notes(r: Record) -> list[str]:
+def result_notes(r: Record, time_cap: bool = True) -> list[str]:
     """What to doubt about one result: peak notes, timer fall-backs, an unsettled warm-up, a timing
-    self-check that disagreed, throttling, a time cap before the precision target."""
+    self-check that disagreed, throttling, a time cap before the precision target (unless ``time_cap`` is False:
+    :func:`time_cap_notes` says it for the run)."""
     notes = [r.figures.peak_note] if r.figures.peak_note else []
     t, throttle = r.timing, r.clocks.throttle
     if t.timer_note:
@@ -120,7 +149,7 @@ def result_notes(r: Record) -> list[str]:
     if throttle is not None and (throttle.mostly_throttled or throttle.dropped):
         flag = "mostly measured while throttled: " if throttle.mostly_throttled else ""
         notes.append(f"{r.case.id}: {flag}{throttle.describe()}")
-    if t.stop_reason != "precision":
+    if t.stop_reason != "precision" and (time_cap or t.stop_reason != "time-cap"):
         notes.append(f"{r.case.id}: stopped at the {t.stop_reason} at ±{fmt_pct(t.precision)}")
     if t.l2.endswith("warm between calls"):
         notes.append(f"{r.case.id}: {t.l2} (the inputs fit in L2 three times over: the figure is a warm-L2 one)")
@@ -137,6 +166,36 @@ def result_notes(r: Record) -> list[str]:
         notes.append(f"{r.case.id}: {r.hbm.describe()}")
     if r.hbm_note:
         notes.append(f"{r.case.id}: HBM not measured: {r.hbm_note}")
+    return notes
+
+
+#: A GPU run lists this many cases that stopped at their time cap (-v: every one), and counts the rest.
+TIME_CAP_NOTES = 5
+
+
+@dataclass(frozen=True)
+class TimeCaps:
+    """How a run's summary says which cases stopped at their time cap before the precision ``target``: on a CPU
+    in one line (nearly every case does there), on a GPU the first :data:`TIME_CAP_NOTES`; ``every`` one (-v)."""
+
+    cpu: bool
+    target: float
+    every: bool = False
+
+
+def time_cap_notes(results: Sequence[Record], caps: TimeCaps) -> list[str]:
+    """The notes of the cases that stopped at their time cap, as ``caps`` says."""
+    capped = [r for r in results if r.timing.stop_reason == "time-cap"]
+    if not capped:
+        return []
+    if caps.cpu and not caps.every:
+        return [f"{len(capped)} case(s) stopped at their time cap before the {caps.target * 100:g} % precision target:"
+                " on a CPU that is expected; their medians are still compared with their own noise (-v lists them)"]
+    shown = capped if caps.every else capped[:TIME_CAP_NOTES]
+    notes = [f"{r.case.id}: stopped at the time-cap at ±{fmt_pct(r.timing.precision)}" for r in shown]
+    if len(capped) > len(shown):
+        notes.append(f"and {len(capped) - len(shown)} more case(s) stopped at their time cap before the"
+                     f" {caps.target * 100:g} % precision target (-v lists them)")
     return notes
 
 
@@ -201,11 +260,13 @@ def compared_lines(name: str, comparisons: Sequence[Comparison]) -> list[str]:
 
 def render(results: Sequence[Record], device: DeviceInfo | None, skips: Iterable[str] = (),
            reference: str = "sdpa-math", width: int | None = None,
-           compared: tuple[str, Sequence[Comparison]] | None = None) -> list[str]:
+           compared: tuple[str, Sequence[Comparison]] | None = None, time_caps: TimeCaps | None = None) -> list[str]:
     """Lines of the summary: a header, then one block per problem (group), the slow paths, the notes
     and the skip reasons; within ``width`` columns where it is given (tables lose their emptiest and least
     needed columns, a note says which, and prose is wrapped). ``compared``: a saved run's name and each case's
-    comparison with it, for the "vs saved" column."""
+    comparison with it, for the "vs saved" column. ``time_caps``: how the cases stopped at their time cap are
+    said (:func:`time_cap_notes`; None: a note for each). Every line printed as text (:func:`~.layout.printable`):
+    a name or a note read from a file (``pytest-attn merge``) cannot drive the terminal."""
     lines = _header(results, device, reference) + sustained_lines(results)
     by_case = {c.name: c for c in compared[1]} if compared else {}
     if compared:
@@ -221,7 +282,9 @@ def render(results: Sequence[Record], device: DeviceInfo | None, skips: Iterable
         lines += block
         dropped += [c for c in gone if c not in dropped]
         for r in members:
-            notes.extend(n for n in result_notes(r) if n not in notes)
+            notes.extend(n for n in result_notes(r, time_caps is None) if n not in notes)
+    if time_caps is not None:
+        notes += time_cap_notes(results, time_caps)
     if dropped:
         notes.append(f"left out to fit {width} columns: {', '.join(dropped)} (in the JSON and --attn-report; a wider"
                      " terminal shows them)")
@@ -237,7 +300,7 @@ def render(results: Sequence[Record], device: DeviceInfo | None, skips: Iterable
     if reasons:
         lines += ["", "skipped:"]
         lines += [f"  {n} x {reason}" for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1])]
-    return wrap(lines, width)
+    return wrap([printable(line) for line in lines], width)  # (records merged from files: their names are text)
 
 
 def _header(results: Sequence[Record], device: DeviceInfo | None, reference: str) -> list[str]:
@@ -266,12 +329,11 @@ def _group(group: str, members: list[Record], relative: dict[str, Peers], width:
     first = members[0]
     lines = ["", f"{group}: {first.case.describe()}, {first.work.flops / 1e9:,.3f} GFLOP per call"]
     compared = compared or {}
-    rows = [row(r, relative[r.name].slowdown, relative[r.name].speedup, compared.get(r.name)) for r in members]
     memory = all(r.figures.bound == "memory" for r in members)
-    columns = MEMORY_COLUMNS if memory else COLUMNS
-    order = [COLUMNS.index(c) for c in columns]
-    table, dropped = fit_table([columns, *(tuple(cells[i] for i in order) for cells in rows)], width,
-                               MEMORY_DROP_ORDER if memory else DROP_ORDER)
+    order = MEMORY_ORDER if memory else ORDER
+    rows = [cells(Row(r, relative[r.name].slowdown, relative[r.name].speedup, compared.get(r.name)), order)
+            for r in members]
+    table, dropped = fit_table([order, *rows], width, MEMORY_DROP_ORDER if memory else DROP_ORDER)
     lines += table
     if len({r.expression for r in members if r.expression}) > 1:
         lines.append("  mask as: " + "; ".join(f"{r.case.backend}: {r.expression}" for r in members if r.expression))

@@ -3,17 +3,12 @@ cycle counter (``%clock64``) and the GPU's nanosecond timer (``%globaltimer``); 
 SM, is the clock each SM ran at over the block, and the median over the SMs is the block's.
 
 Why not NVML: its SM clock is one reading at one instant, in 15 MHz steps, and at a power cap the clock moves
-within a block. On an H200 (2026-11-24) two arms of one process, same code and data in different places in
-memory, took turns in 50 ms blocks: one ran at a 1.7-3.1 % lower mean clock all along (drawing more power),
-and its time was 2.1-2.7 % longer; in cycles (time x this mean clock) the two were within 0.4 %. NVML's
-per-sample readings saw about half of that clock difference. The A/B arms judge in cycles where every block
-has this clock (:func:`pytest_attn.verdicts.paired.paired`): on the committed selection an A/A gave no
-SLOWER or FASTER (in cycles -1.2 to +1.0 %, in time -2.8 to +2.6 %) and 3 % injected gave 206 of 206
-SLOWER (17 AMBIGUOUS in time alone).
+within a block: two arms of one process, same code and data in different places in memory, ran 2-3 % apart in
+time and within 0.4 % in cycles, of which NVML saw about half (docs/gpu-validation.md#the-paired-ab). The A/B
+arms judge at equal clock where every block has this clock (:func:`pytest_attn.verdicts.ab.paired.paired`).
 
-The readings go to two buffers made once. With a fresh buffer per reading, one H200 run hit an illegal
-memory access in an arm after 12 cases; with the buffers made once, five runs were clean. The cause was not
-established.
+The readings go to two buffers made once: with a fresh buffer per reading, an H200 run once hit an illegal
+memory access in an arm (the cause was not established).
 
 The kernel is Triton's (it comes with torch's CUDA wheels); where Triton is missing or cannot build it,
 :func:`open_probe` says why and the arms fall back to NVML's readings.

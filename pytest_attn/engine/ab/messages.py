@@ -3,7 +3,8 @@ only place their fields are spelled. On the wire each is one JSON line (:func:`t
 :func:`answer_of`); a request's ``op`` names it, and each request has its answer type (:data:`ANSWERS`).
 
 * :class:`Hello` -> :class:`HelloAnswer`: the run's settings, the slowdown and the files that register back
-  ends; the worker's interpreter, pytest-attn, library versions (and the folder each was found in), device;
+  ends; the worker's interpreter, pytest-attn, library versions (and the folder each was found in), device,
+  and the ``CUDA_VISIBLE_DEVICES`` it was started with;
 * :class:`Prepare` -> :class:`PrepareAnswer`: a case (its JSON form), the timer to use (``pin``: A1's, so every
   replica times alike; None for A1), whether to check it against the reference (a second replica does not);
   the timer chosen, or why the case is skipped or failed;
@@ -54,6 +55,7 @@ class HelloAnswer:
     device: str = ""
     uuid: str | None = None
     pid: int = 0
+    visible: str | None = None  # CUDA_VISIBLE_DEVICES as the worker saw it (None: unset, or an older worker)
 
 
 @dataclass(frozen=True)
@@ -148,7 +150,11 @@ class Asks(Protocol):
 
     label: str
 
-    def ask(self, request: Asking[A]) -> A: ...
+    def ask(self, request: Asking[A], within_s: float | None = None) -> A:
+        """The answer to ``request``; an arm's process is given ``within_s`` seconds (:mod:`.waits`)."""
+        ...
+
+
 ANSWERS: dict[type, type] = {Hello: HelloAnswer, Prepare: PrepareAnswer, Block: BlockAnswer, HandOver: Handed,
                              Finish: Finished, Release: Released}
 REQUESTS: dict[str, type] = {kind.op: kind for kind in ANSWERS}  # type: ignore[attr-defined]

@@ -13,28 +13,26 @@ stopping rule included: at a power cap the clock moves block by block and with w
 **Replicas.** Each arm is two worker processes, started and given each case in the order A1 B1 B2 A2;
 pairs alternate between the replicas two at a time (A1 B1, B1 A1, A2 B2, B2 A2, ...), so every replica takes
 as many pairs with its arm first as second. Where a process sits decides some cases by about 1 %, with a
-sign set by which arm's process started and allocated first (on an H200 a 15 us decode step: 18 of 18 fresh
-A/As negative, -0.3 to -1.2 %; on an H100, inside the full run, a b8 decode step +1.3 and +1.4 % in two A/As:
-SLOWER at 2 %). A1/B1 has A first, A2/B2 has B first, so the verdict -- the mean of the replicas' mean
+sign set by which arm's process started and allocated first (docs/gpu-validation.md#the-paired-ab). A1/B1 has
+A first, A2/B2 has B first, so the verdict -- the mean of the replicas' mean
 ratios, its noise the spread within each (:func:`~pytest_attn.core.stats.stratified_log_ratio`) -- keeps the
 arms' difference and loses the places'. The second replica of an arm times the case as the first did (A1's
 timer, calls per sample and input sets) and skips the reference check the first replica of its arm passed.
 
 **New places.** Two draws of place per arm average it only so far: the verdict counts what the replicas differ
-by as noise, so a case whose replicas land 1-4 % apart stays AMBIGUOUS however many pairs it takes (an H100
-``same+slowdown=2%`` run: 7 of 206 cases, 4 of them with replicas 1.4-2.9 % apart; an A/A: 19 AMBIGUOUS, most
-of them so). Where the stopping rule would stop but the first verdict is not settled (``judge``:
+by as noise, so a case whose replicas land 1-4 % apart stays AMBIGUOUS however many pairs it takes. Where
+the stopping rule would stop but the first verdict is not settled (``judge``:
 :meth:`~pytest_attn.verdicts.ab.paired.Paired.settled`), every replica sets the case up again while holding its
 old set-up -- its data then sit elsewhere -- in the other order than last time, and the pairs go on, each
 replica of each set-up a stratum of its own (``PairRun.replicas``: replica + replicas x set-up), at a new set-up
 each round, until the noise cap (and at least as long again as it took to be undecided:
-:meth:`PairRule.undecided_cap`), where the case is judged once. On an H100 (2026-11-26) a replica's set-ups read
-one decode step -1.8 to +0.7 % apart: the place is the data's, not the process's. Not judged at every round and
-stopped once decided: places that happened to agree would decide it (on fake arms whose places move a case by
-0.6 % SD, one in ten by 1.5 % more, 21 of 200 A/As went SLOWER or FASTER so, and 11 of 200 2 % slowdowns SAME).
+:meth:`PairRule.undecided_cap`), where the case is judged once: the place is the data's, not the process's, and
+places that happened to agree would decide a case judged at every round (tests/test_ab.py; measured:
+docs/gpu-validation.md#the-paired-ab).
 
-Arms are anything with ``ask(request) -> answer`` (:class:`~pytest_attn.engine.arms.ArmProcess`; tests
-use fakes on a fake clock).
+Arms are anything with ``ask(request, within_s) -> answer``
+(:class:`~pytest_attn.engine.ab.processes.ArmProcess`, which kills an arm past ``within_s``:
+:mod:`~pytest_attn.engine.ab.waits`; tests use fakes on a fake clock).
 """
 
 from __future__ import annotations
@@ -48,6 +46,7 @@ from typing import Any
 from ...core.stats import at_equal_clock, median, stratified_log_ratio, t_widening
 from ..settings import CaseFailed, CaseSkipped
 from .messages import NO_ROOM, Asks, Block, BlockAnswer, Finish, HandOver, Prepare, PrepareAnswer, Release
+from .waits import DEFAULT_WAITS, ArmWaits, CaseWaits
 
 #: Not a stop: the noise is low enough to stop, but the verdict is not settled -- go on, at new places.
 UNDECIDED = "undecided"
@@ -63,10 +62,8 @@ class PairRule:
       noise, widened by Student's t for the pairs taken (as the verdict widens it), is within
       ``decidable`` of the threshold -- long calls, such as HunyuanVideo's 1.5 s step, get few pairs;
     * ``noise-cap``: at ``noisy_time_s`` whatever the noise, once ``min_pairs`` are taken -- a case still too
-      noisy at ``max_time_s`` (power-capped ones on an H200: a pair's ratio varied by 2-3 %) goes on until then;
-      a long step's four pairs, past it already, are not enough (on an H100 two HunyuanVideo fwd+bwd steps
-      slowed by 2 % on purpose stopped there at +2.2 and +2.5 %, AMBIGUOUS: their noise from three degrees of
-      freedom, taken x3.1);
+      noisy at ``max_time_s`` (a power-capped one) goes on until then; a long step's four pairs, past it
+      already, are not enough (their noise, from three degrees of freedom, is taken x3.1);
     * ``pair-cap``: at ``max_pairs``.
 
     A precision or time-cap stop whose verdict is not settled (``decided`` says False) is not taken: until
@@ -74,10 +71,8 @@ class PairRule:
     noise cap.
 
     A block lasts about ``block_s``: one sample where one sample is longer. A kernel-sum arm traces a block's
-    samples together (:meth:`~pytest_attn.engine.timers.KernelSumTimer.samples`): on an H100, 10 samples of a
-    decode step took 17-36 ms of host time so, 36-60 ms one trace each (the profiler's work per kernel record,
-    not its session, is most of it), with the same medians. Blocks of 30 ms, not 50: the decode A/A's pairs took
-    63 s, not 134 s, and the A/A of the committed selection stayed at 0 SLOWER, 0 FASTER."""
+    samples together (:meth:`~pytest_attn.engine.timers.KernelSumTimer.samples`), which halves a block's host
+    time with the same medians (docs/gpu-validation.md#the-paired-ab)."""
 
     threshold: float = 0.02
     z: float = 3.0
@@ -121,9 +116,8 @@ class PairRule:
 
     def undecided_cap(self, undecided_s: float) -> float:
         """How long a case whose verdict was first undecided after ``undecided_s`` goes on: to the noise cap, and
-        at least as long again. A 1.5 s HunyuanVideo fwd+bwd step has its four pairs at 8-13 s, past the noise
-        cap of ``--attn-max-time=1``: stopped there, 2 of 5 slowed by 2 % on purpose were AMBIGUOUS (+2.2 and
-        +2.5 %, the noise of four pairs taken x3.1) on an H100."""
+        at least as long again: a 1.5 s step has its four pairs past the noise cap of ``--attn-max-time=1``, too
+        few to decide a 2 % slowdown (docs/gpu-validation.md#the-paired-ab)."""
         return max(self.noisy_time_s, 2 * undecided_s)
 
     def samples(self, wall_per_sample_s: float | None) -> int:
@@ -188,7 +182,7 @@ class PairRun:
     def judged(self) -> tuple[list[float], list[float]]:
         """What the pairs are judged on, the stopping rule included: time at equal clock (time x mean clock **
         the case's clock sensitivity, fitted on the pairs so far; 1 until the clocks vary) where the clocks were
-        measured, else time -- as the verdict (:func:`~pytest_attn.verdicts.paired.paired`) judges them. A
+        measured, else time -- as the verdict (:func:`~pytest_attn.verdicts.ab.paired.paired`) judges them. A
         memory-bound decode step, whose time does not follow the clock, is then not held to the clock's noise."""
         if not self.clocks_measured:
             return self.a_s, self.b_s
@@ -200,30 +194,36 @@ class PairRun:
 Replicas = Sequence[Asks]  # one arm's worker processes (one or two)
 
 
-def prepare_all(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replicas,
-                b: Replicas) -> tuple[PrepareAnswer, PrepareAnswer]:
+def prepare_all(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replicas, b: Replicas,
+                waits: CaseWaits | None = None,
+                clock: Callable[[], float] = time.perf_counter) -> tuple[PrepareAnswer, PrepareAnswer]:
     """Every replica sets the case up, in the order A1 B1 B2 A2 (each replica after the first of its arm
     skips the check its first passed); all time it with the timer, calls per sample and input sets A1 chose.
     Returns A1's and B1's answers. CaseSkipped or CaseFailed (naming the arm) where one cannot; then none
-    holds the case."""
+    holds the case. ``waits``: how long each may take (:mod:`.waits`), told how long each took."""
+    waits = waits or CaseWaits(ArmWaits())
     holding: list[Asks] = []
-    first = _prepared(a[0], Prepare(cases[0], label), holding)
+    first = _prepared(a[0], Prepare(cases[0], label), holding, waits, clock)
     answers = {id(a[0]): first}
     for k in range(len(a)):
         for arm, case in ((b[k], cases[1]), (a[k], cases[0])) if k % 2 else ((a[k], cases[0]), (b[k], cases[1])):
             if arm is a[0]:
                 continue
-            answers[id(arm)] = _prepared(arm, Prepare(case, label, first.pin(), check=arm is b[0]), holding)
+            answers[id(arm)] = _prepared(arm, Prepare(case, label, first.pin(), check=arm is b[0]), holding, waits,
+                                         clock)
     return first, answers[id(b[0])]
 
 
-def _prepared(arm: Asks, request: Prepare, holding: list[Asks]) -> PrepareAnswer:
-    answer = arm.ask(request)
+def _prepared(arm: Asks, request: Prepare, holding: list[Asks], waits: CaseWaits,
+              clock: Callable[[], float]) -> PrepareAnswer:
+    began = clock()
+    answer = arm.ask(request, waits.setup(first=request.check))
+    waits.took(clock() - began)
     if answer.ok:
         holding.append(arm)
         return answer
     for other in holding:
-        other.ask(Release())
+        other.ask(Release(), waits.after())
     if answer.skip:
         raise CaseSkipped(f"arm {arm.label}: {answer.skip}")
     raise CaseFailed(f"arm {arm.label}: {answer.fail or answer}")
@@ -231,15 +231,17 @@ def _prepared(arm: Asks, request: Prepare, holding: list[Asks]) -> PrepareAnswer
 
 def run_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replicas, b: Replicas, rule: PairRule,
              clock: Callable[[], float] = time.perf_counter,
-             judge: Callable[[PairRun], bool] | None = None) -> PairRun:
+             judge: Callable[[PairRun], bool] | None = None, waits: ArmWaits | None = None) -> PairRun:
     """Prepare every replica, take pairs of blocks in ABBA order, replica after replica, until ``rule``
     stops, and each arm's record (its first replica's, with the other's samples). ``judge``: whether the
     pairs so far decide the verdict; where they do not at a stop, every replica sets the case up again (new
-    places, :func:`replace_all`) and the pairs go on (see the module)."""
+    places, :func:`replace_all`) and the pairs go on (see the module). ``waits``: the bound of each wait on an
+    arm, from what the case took so far (:mod:`.waits`)."""
     if len(a) != len(b) or not a:
         raise ValueError(f"{len(a)} replicas of A against {len(b)} of B; give each arm as many")
+    bounds = CaseWaits(waits or DEFAULT_WAITS)
     started = clock()
-    run = PairRun(prepared=prepare_all(cases, label, a, b))
+    run = PairRun(prepared=prepare_all(cases, label, a, b, bounds, clock))
     run.prepare_s = clock() - started
     per_sample = max(p.estimate_s * p.calls_per_sample for p in run.prepared)
     samples, t0 = rule.samples(per_sample), clock()
@@ -249,7 +251,8 @@ def run_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replic
         k = (n // 2) % len(a)
         order = (a[k], b[k]) if n % 2 == 0 else (b[k], a[k])
         warm = per_sample < rule.warm_below_s
-        blocks = {id(arm): arm.ask(Block(samples, warm)) for arm in order}
+        expected_s = (samples + warm) * per_sample
+        blocks = {id(arm): arm.ask(Block(samples, warm), bounds.block(expected_s)) for arm in order}
         run.add(blocks[id(a[k])], blocks[id(b[k])], samples)
         run.replicas.append(k + len(a) * (run.places - 1))
         run.elapsed_s = clock() - t0
@@ -260,7 +263,8 @@ def run_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replic
             run.undecided_s = run.elapsed_s if run.undecided_s is None else run.undecided_s
             if run.elapsed_s + replace_cost < rule.undecided_cap(run.undecided_s):
                 began = clock()
-                run.no_room = replace_all(cases, label, a, b, run.prepared[0], first_b=run.places % 2 == 1)
+                run.no_room = replace_all(cases, label, a, b, run.prepared[0], first_b=run.places % 2 == 1,
+                                          waits=bounds, clock=clock)
                 took = clock() - began
                 run.replace_s += took
                 replace_cost = math.inf if run.no_room else took  # no room: no more new places
@@ -271,43 +275,48 @@ def run_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replic
         per_sample = max(blocks[id(x)].wall_s / samples for x in order)
         samples = rule.samples(per_sample)
     ended = clock()
-    run.records = (_finish(a, run.stop, diagnose=False), _finish(b, run.stop, diagnose=True))
+    run.records = (_finish(a, run.stop, False, bounds), _finish(b, run.stop, True, bounds))
     run.records_s = clock() - ended
     return run
 
 
 def replace_all(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replicas, b: Replicas,
-                first: PrepareAnswer, first_b: bool) -> str:
+                first: PrepareAnswer, first_b: bool, waits: CaseWaits | None = None,
+                clock: Callable[[], float] = time.perf_counter) -> str:
     """Every replica sets the case up again, unchecked, timed as before, holding its old set-up meanwhile (its
     new data sit elsewhere): A1 B1 B2 A2, or B1 A1 A2 B2 where ``first_b``. Where one has no room for a new
     set-up beside its old one, it keeps the old one and the rest go on: returns why (else ""); each pair of
     replicas is a new stratum all the same, as some of it moved. CaseFailed (naming the arm) where one cannot
     set it up otherwise; then none holds the case."""
-    no_room = ""
+    no_room, waits = "", waits or CaseWaits(ArmWaits())
     for k in range(len(a)):
         pair = ((a[k], cases[0]), (b[k], cases[1]))
         for arm, case in pair[::-1] if (k % 2 == 1) != first_b else pair:
-            answer = arm.ask(Prepare(case, label, first.pin(), check=False, replace=True))
+            began = clock()
+            answer = arm.ask(Prepare(case, label, first.pin(), check=False, replace=True), waits.setup(first=False))
+            waits.took(clock() - began)
             if answer.skip and answer.skip.startswith(NO_ROOM):
                 no_room = no_room or f"arm {arm.label}: {answer.skip}"
                 continue
             if not answer.ok:
                 for other in (*a, *b):
-                    other.ask(Release())
+                    other.ask(Release(), waits.after())
                 raise CaseFailed(f"arm {arm.label}, setting the case up at a new place: "
                                  f"{answer.fail or answer.skip or answer}")
     return no_room
 
 
-def _finish(replicas: Replicas, stop: str, diagnose: bool) -> dict[str, Any]:
+def _finish(replicas: Replicas, stop: str, diagnose: bool, waits: CaseWaits) -> dict[str, Any]:
     """The arm's record: its first replica's, over the samples of every replica (the others hand theirs over
     and release the case). Kernel names and peak memory are B's figures; A's would cost two more profiled calls."""
-    more = [arm.ask(HandOver()) for arm in replicas[1:]]
-    return dict(replicas[0].ask(Finish(stop, diagnose, more)).record)
+    more = [arm.ask(HandOver(), waits.after()) for arm in replicas[1:]]
+    return dict(replicas[0].ask(Finish(stop, diagnose, more), waits.after()).record)
 
 
-def check_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replicas, b: Replicas) -> None:
+def check_pair(cases: tuple[dict[str, Any], dict[str, Any]], label: str, a: Replicas, b: Replicas,
+               waits: ArmWaits | None = None) -> None:
     """``--benchmark-disable``: the first replica of each arm sets the case up and checks it; nothing is timed."""
-    prepare_all(cases, label, a[:1], b[:1])
-    a[0].ask(Release())
-    b[0].ask(Release())
+    bounds = CaseWaits(waits or DEFAULT_WAITS)
+    prepare_all(cases, label, a[:1], b[:1], bounds)
+    a[0].ask(Release(), bounds.after())
+    b[0].ask(Release(), bounds.after())

@@ -65,20 +65,14 @@ from .messages import (
 )
 
 #: An arm times every CUDA call by its kernels' time (kernel-sum; a plain run does so under 5 ms): the host's
-#: share of a call can differ between two processes, which pairing cannot see. On an H200 (2026-11-24) events
-#: read a 6.4 ms FA2 fwd+bwd step 2.6-3 % longer than its kernels (the host's Python between launches), with 4x
-#: the noise; an A/A gave that varlen step +1.07 % (SLOWER), four fresh pairs of processes -0.08 to +0.46 %;
-#: timed so, the committed selection's A/A had none SLOWER or FASTER. FA4's power-capped HunyuanVideo fwd
-#: (232 ms) came out -1.77 % and +1.85 % (varlen) with events, -1.15 % and +0.93 % with kernel-sum: that
-#: was the arms' clocks, which the pairs are now judged past (:mod:`.clockprobe`): +2.64 % in time, +0.03 % in
-#: cycles.
+#: share of a call can differ between two processes, which pairing cannot see (events made an A/A SLOWER:
+#: docs/gpu-validation.md#the-paired-ab).
 EVENTS_FROM_S = math.inf
-#: A graph-timed arm rotates at least this many input sets, so its calls sit at several places in memory. On
-#: an H200, six placements of one FA2 serving batch in one process (blocks taken in turn) differed by up to
-#: 1.9 % in one of three processes (SD 0.64 %, where the blocks' own noise explains 0.37 %); with one placement
-#: per arm, pairs cannot see that difference (an A/A gave that case +2.44 %, SLOWER).
+#: A graph-timed arm rotates at least this many input sets, so its calls sit at several places in memory: one
+#: placement per arm made an A/A SLOWER (docs/gpu-validation.md#the-paired-ab).
 MIN_INPUT_SETS = 4
-LIBRARIES = ("torch", "flash_attn", "flash_attn_4", "flashinfer_python", "triton")
+#: Listed by every arm beside the distributions its back ends measure (``Registry.distributions()``).
+LIBRARIES = ("torch", "triton")
 #: After a case this large the arm collects its garbage, so the other arm's process can have the memory.
 COLLECT_ABOVE_BYTES = 256 * 2**20
 #: A second replica's warm-up: its arm's first replica settled the case already (compiled kernels are on disk),
@@ -100,12 +94,14 @@ def settings_from_json(data: dict[str, Any]) -> RunSettings:
     return RunSettings(warmup=WarmupRule(**data.get("warmup", {})), **fields)
 
 
-def libraries() -> dict[str, tuple[str, str]]:
-    """Each known library this environment has: its version and the folder its install was found in (as
-    ``import`` finds it: the first on ``sys.path``), so two arms that load one build can be told apart
-    from two that load two builds of one version."""
+def libraries(registry: Registry | None = None) -> dict[str, tuple[str, str]]:
+    """Each library under test this environment has -- torch, triton and the distribution of each back end of
+    ``registry`` (by default the built-in ones and the entry points') -- with its version and the folder its
+    install was found in (as ``import`` finds it: the first on ``sys.path``), so two arms that load one build
+    can be told apart from two that load two builds of one version."""
     found = {}
-    for name in LIBRARIES:
+    distributions = (registry if registry is not None else assemble_registry()).distributions()
+    for name in dict.fromkeys([*LIBRARIES, *distributions]):
         try:
             dist = importlib.metadata.distribution(name)
         except importlib.metadata.PackageNotFoundError:
@@ -137,11 +133,12 @@ class Arm:
                                             events_from_s=EVENTS_FROM_S, min_input_sets=MIN_INPUT_SETS)
         self.device, self.nvml = self._probe()
         self.clock, clock = self._open_clock(self.device.sm_count or 0) if self.device.is_cuda else (None, "no GPU")
-        found = libraries()
+        found = libraries(registry)
         return HelloAnswer(PROTOCOL, clock, sys.executable, os.path.dirname(pytest_attn.__file__),
                            {k: version for k, (version, _) in found.items()},
                            {k: place for k, (_, place) in found.items()},
-                           self.device.describe(), self.device.uuid, os.getpid())
+                           self.device.describe(), self.device.uuid, os.getpid(),
+                           os.environ.get("CUDA_VISIBLE_DEVICES"))
 
     def prepare(self, request: Prepare) -> PrepareAnswer:
         assert self.registry is not None and self.device is not None, "hello first"
@@ -169,9 +166,8 @@ class Arm:
     def _replace(self, request: Prepare) -> PrepareAnswer:
         """The case set up again, unchecked and pinned, while the old set-up is held -- so the new one's data
         sit elsewhere in memory -- then the old one dropped; the samples so far kept. Where both do not fit, a
-        skip, and the old set-up still held: the pairs go on there (on an H100 fa4-paged's b64 k32768 decode
-        step found 4.9 GiB free for its 8.1 beside the set-ups of the four replicas; freeing its own first to
-        try again failed the case)."""
+        skip, and the old set-up still held: the pairs go on there (freeing its own first to try again failed a
+        case on an H100: docs/gpu-validation.md#the-paired-ab)."""
         assert self.ready is not None and self.device is not None
         old, kept = self.ready, self.sampling
         settings = dataclasses.replace(self.settings, pin=TimerPin(**request.pin) if request.pin else None,

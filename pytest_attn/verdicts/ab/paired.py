@@ -8,23 +8,20 @@ Per case the verdict is the gate's rule (:func:`~pytest_attn.verdicts.rule.verdi
 mean of the pairs' ratios B/A, with the standard error of the mean log ratio as the noise: at the A/B
 threshold (:data:`AB_THRESHOLD`, 2 %), SLOWER once the change is beyond both three standard errors and
 :data:`AB_LEAST` of the threshold (1.25 %). Where every block's clock was read on the GPU
-(:mod:`pytest_attn.engine.clockprobe`) the ratios are of time at equal SM clock, else of time: at a power cap
+(:mod:`pytest_attn.engine.ab.clockprobe`) the ratios are of time at equal SM clock, else of time: at a power cap
 the clock is not shared by a pair -- it moves from block to block, and an arm whose data sit elsewhere in
-memory can draw more power and run at a lower clock all along (an H200 A/A of one process: 2.1-2.7 % in time,
-under 0.4 % in cycles). How far a case's time follows the clock is fitted on its own pairs
-(:func:`~pytest_attn.core.stats.clock_sensitivity`): a compute-bound kernel's time goes with 1/clock (its
-cycles are fixed), a memory-bound decode step's does not (its time is fixed). On an H100 (2026-11-26) an A/A
-in cycles called a power-capped FA4 prefill FASTER (-1.1 %: B's clock 1.3 % lower, its time +0.2 %; fitted
-sensitivity 0.17), and 2 % injected was AMBIGUOUS in cycles on 6 of 126 decode and varlen cases (memory-bound:
-+2.1 % in time, +1.3 % in cycles); judged at equal clock, the same pairs give SAME and 125 SLOWER. Time and
-cycles are reported beside it.
+memory can draw more power and run at a lower clock all along. How far a case's time follows the clock is
+fitted on its own pairs (:func:`~pytest_attn.core.stats.clock_sensitivity`): a compute-bound kernel's time
+goes with 1/clock (its cycles are fixed), a memory-bound decode step's does not (its time is fixed); judged in
+cycles alone, both kinds were misjudged on an H100 (docs/gpu-validation.md#the-paired-ab). Time and cycles are
+reported beside it.
 
 ``tests/test_paired.py`` simulates a clock whose speed drifts +-5 % over a run: paired, a 2 % difference
 is SLOWER in 200 of 200 cases and an A/A never is; the same blocks compared run against run are not
 (drift lands in the difference). It also simulates a power-capped GPU whose clock jitters block by block
 and sits lower for one arm's placement: judged in time, an A/A is called; in measured cycles, never.
 
-The blocks come from ``--attn-ab`` (:mod:`pytest_attn.engine.pairing`); :class:`AbResult` is one case's
+The blocks come from ``--attn-ab`` (:mod:`pytest_attn.engine.ab.pairing`); :class:`AbResult` is one case's
 outcome, as the summary, the reports (:mod:`.summaries`) and pytest-xdist's hand-over carry it.
 """
 
@@ -50,10 +47,8 @@ from ..rule import CLOCK_STEP, Z, verdict
 
 AB_THRESHOLD = 0.02
 #: The smallest change a paired A/B calls SLOWER or FASTER, as a fraction of its threshold (1.25 % at 2 %; the
-#: stored-baseline gate takes half). Replayed on the H100's 53 A/B reports (2026-11-26; ``scripts/ab_rejudge.py``),
-#: with half: of 1,398 A/A verdicts one SLOWER -- cuDNN's Llama-3-8B prefill fwd, +1.10 % at 3.2 noise widths,
-#: its six set-ups all +0.6 to +1.9 % -- the next A/A reading beyond three widths +0.50 %; of 1,233 verdicts with 2 %
-#: injected the smallest SLOWER read +1.36 %. With 5/8 that A/A is AMBIGUOUS and the 2 % verdicts do not change.
+#: stored-baseline gate takes half): with half, an H100 A/A read +1.10 % beyond its noise, and no 2 % slowdown
+#: read under +1.36 % (replayed over 53 reports: docs/gpu-validation.md#the-paired-ab).
 AB_LEAST = 0.625
 #: A clock this much apart between the arms is noted (pairing saw the same seconds: the kernel's own doing).
 CLOCK_NOTE = 0.01
@@ -86,10 +81,8 @@ class Paired:
     def settled(self, threshold: float) -> bool:
         """Whether pairs at one set-up of each replica may stop at this verdict: SAME by under a quarter of the
         threshold, or SLOWER or FASTER by the threshold or more. Two draws of place per arm can agree by chance,
-        either way: on fake arms whose places move a case by 0.3-0.5 % (SD; one in twenty to one in ten by 1.5 %
-        more), an A/A stopped at its first verdict was SLOWER or FASTER in 0-5 of 100 (each by 1.0-1.8 %), and a
-        2 % slowdown SAME in 0-3. Anything else is measured on at new places (:mod:`pytest_attn.engine.ab.pairing`).
-        On an H100 (2026-11-26) 23 and 30 of two A/As' 206 cases went on so, and 40 of a 2 % run's."""
+        either way (on fake arms whose places move a case, tests/test_ab.py). Anything else is measured on at new
+        places (:mod:`pytest_attn.engine.ab.pairing`)."""
         if self.verdict == "SAME":
             return abs(self.change) < threshold / 4
         return self.verdict in ("SLOWER", "FASTER") and abs(self.change) >= threshold
@@ -108,22 +101,20 @@ def paired(name: str, a_s: Sequence[float], b_s: Sequence[float], threshold: flo
     the order they ran. Fewer than two pairs cannot say how noisy the ratio is: AMBIGUOUS unless SAME is
     impossible to miss.
 
-    ``replicas``: which of each arm's processes took each pair (:mod:`pytest_attn.engine.pairing`). The
+    ``replicas``: which of each arm's processes took each pair (:mod:`pytest_attn.engine.ab.pairing`). The
     change is the mean of the replicas' mean log ratios, its noise the spread within each replica
     (:func:`~pytest_attn.core.stats.stratified_log_ratio`, widened for few pairs) plus what the replicas
     differ by beyond that (:func:`~pytest_attn.core.stats.placement_variance`): where a process's data sit
-    moves some cases by a draw of their own, which more pairs do not average away. On an H100 A/A of the
-    committed selection (2026-11-25) one case's replicas read +0.04 % and +2.30 %: SLOWER on the spread within
-    them alone, AMBIGUOUS with this (and none of the 206 SLOWER or FASTER).
+    moves some cases by a draw of their own, which more pairs do not average away (an H100 A/A's replicas read
+    one case +0.04 % and +2.30 %: docs/gpu-validation.md#the-paired-ab).
 
     ``measured``: ``a_mhz``, ``b_mhz`` are each block's mean SM clock read on the GPU: judged at equal clock
     (:func:`_at_equal_clock`), the time's verdict in ``in_time`` and its change in ``time_change``.
 
     With every block's SM clock (``a_mhz``, ``b_mhz``), a SAME is AMBIGUOUS where B's clock was
-    :data:`~.gate.CLOCK_STEP` or more above A's and B is slower and not SAME in cycles (block time x its
-    clock) -- the gate's rule: a faster clock can hide a slower kernel. On a power-capped H200 two cases
-    slowed by 2 % on purpose ran at a 2 % higher clock than A and came out +0.2 % in time, SAME (+1.9 % and
-    +1.0 % in cycles): the extra work drew less power than attention, and the cap let the clock up."""
+    :data:`~pytest_attn.verdicts.rule.CLOCK_STEP` or more above A's and B is slower and not SAME in cycles
+    (block time x its clock) -- the gate's rule: a faster clock can hide a slower kernel (work that draws less
+    power than attention lets a power-capped clock up)."""
     if len(a_s) != len(b_s) or not a_s:
         raise ValueError(f"{name}: {len(a_s)} blocks of A against {len(b_s)} of B; pair them one to one")
     if any(not (x > 0 and math.isfinite(x)) for x in (*a_s, *b_s)):
@@ -182,9 +173,8 @@ def _in_cycles(a_s: Sequence[float], b_s: Sequence[float], a_mhz: Sequence[float
 
 def few_pairs_factor(pairs: int) -> float:
     """How much wider the rule's noise is taken than the standard error, for an error estimated from few
-    pairs: Student's t over the normal at the rule's Z (4 pairs: x3.1, 8: x1.5, 30: x1.1). On an H200 the
-    power-capped HunyuanVideo cases, stopped at the time cap after 4-6 pairs, were FASTER or SLOWER by
-    1.1-4.6 % in an A/A with the normal's Z; with t, AMBIGUOUS but for one."""
+    pairs: Student's t over the normal at the rule's Z (4 pairs: x3.1, 8: x1.5, 30: x1.1). With the normal's Z,
+    an A/A called cases stopped after 4-6 pairs FASTER or SLOWER (docs/gpu-validation.md#the-paired-ab)."""
     return t_widening(Z, pairs)
 
 
@@ -214,6 +204,9 @@ class AbResult:
     places: int = 1  # each replica's set-ups: more than one where the verdict was undecided (engine.pairing)
     replace_s: float = 0.0  # setting the case up at new places, within elapsed_s
     no_room: str = ""  # why a replica could not set it up at a new place (engine.ab.pairing.PairRun.no_room)
+    worker: str = ""  # the pytest-xdist worker that measured it ("" in a run of one process)
+    gpu: str = ""  # the GPU that worker was pinned to (its UUID)
+    arm_gpus: dict[str, str] = dataclasses.field(default_factory=dict)  # each replica's GPU, as its process saw it
 
     @property
     def replica_changes(self) -> dict[int, float]:

@@ -4,11 +4,8 @@ Each replica set-up of a case (a stratum: one replica of each arm, at one place)
 those means differ by beyond their own noise is the places' (:func:`~pytest_attn.core.stats.placement_variance`
 says it for one run). Pooled over runs, it says which cases two draws of place per arm leave undecided: a case
 whose places move it by a quarter of the threshold or more (0.5 % at 2 %) tends to stay AMBIGUOUS at
-``--attn-max-time=1`` and is worth more time. On an H100 (2026-11-26), the 21 reports of A/A and 2 % runs of the
-committed selection (``scripts/ab_places.py``): 141 of 206 cases under 0.2 %, 5 at 0.5 % or more -- FA4-varlen's
-16k fwd+bwd 0.76 %, FA2-varlen's Llama serving batch 0.67 %, its uniform16x1024 fwd 0.63 %, its speculative
-serving batch 0.58 % (AMBIGUOUS in four 2 % runs at 1 s, SLOWER at 2 s), FA4's Llama fwd 0.56 %. Pure: fed with
-:class:`~.paired.AbResult`."""
+``--attn-max-time=1`` and is worth more time (``scripts/ab_places.py``; an H100's:
+docs/gpu-validation.md#the-paired-ab). Pure: fed with :class:`~.paired.AbResult`."""
 
 from __future__ import annotations
 

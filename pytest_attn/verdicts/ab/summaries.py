@@ -67,9 +67,8 @@ RERUN_IDS = 6
 
 def longer(results: Sequence[AbResult], max_time_s: float) -> str:
     """What to do with the cases left AMBIGUOUS at a cap: rerun only them, with twice ``max_time_s``
-    (``--attn-max-time``) -- more pairs and more set-ups at new places. On an H100 (2026-11-26) the three FA2-varlen
-    serving batches of the committed selection, one of them AMBIGUOUS in each of four 2 % runs at 1 s, were SLOWER
-    at 2 s. "" where there are none."""
+    (``--attn-max-time``) -- more pairs and more set-ups at new places (docs/gpu-validation.md#the-paired-ab).
+    "" where there are none."""
     capped = [r.name for r in results if r.paired.verdict == "AMBIGUOUS" and r.stop in CAPS]
     if not capped:
         return ""
