@@ -1,5 +1,5 @@
 """The gate end to end on a CPU run, deterministic: a back end whose calls advance a fake clock (the CPU
-timer reads it) by a steady 1 ms, and an injected slowdown whose calibrated work advances it too. So a
+timer reads it) by a steady 4-6 ms, and an injected slowdown whose calibrated work advances it too. So a
 busy machine cannot turn these red or green: the real-time version runs in .ci/run.
 
 Baselines keyed by the CPU model, repeats added, a clean rerun SAME, 5 % injected SLOWER, --attn-fail-on,
@@ -148,8 +148,8 @@ def test_an_outlier_repeat_is_refused_when_added_and_cannot_blind_the_gate(run, 
     assert odd.ret == pytest.ExitCode.OK
     odd.stdout.fnmatch_lines([f"*(a repeat added to 0 cases); refused for {count} case(s): their median here is more"
                               " than 2x off the stored repeats'*"])
-    ratios = [float(m) for m in re.findall(r"test_\S*steady-tiny\S*: 1\d\d(?:\.\d)? ms, ([\d.]+)x the stored repeats'"
-                                           r" median 1\.\d+ ms", odd.stdout.str())]
+    ratios = [float(m) for m in re.findall(r"test_\S*steady-tiny\S*: \d\d\d(?:\.\d)? ms, ([\d.]+)x the stored repeats'"
+                                           r" median \d\.\d+ ms", odd.stdout.str())]
     assert len(ratios) == count and all(95 <= r <= 105 for r in ratios), ratios  # 99.8-99.9x on a loaded CI machine
     monkeypatch.delenv("TIMES_SLOWER")
     stored = json.loads((pytester.path / "b" / KEY / "baseline.json").read_text())["benchmarks"]
