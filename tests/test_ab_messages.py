@@ -101,6 +101,7 @@ def test_an_arm_with_an_older_pytest_attn_is_told_by_its_protocol(tmp_path):
         arm.close()
 
 
+@pytest.mark.e2e  # four real arm processes, each importing torch
 def test_arms_start_together_and_touch_the_gpu_in_the_order_of_their_first_request(tmp_path, monkeypatch):
     """The four replicas' processes are started at once, each importing torch and the run's back ends as it
     comes up (an H100 A/A spent ~30 s of its first case starting them one after another); hello -- the GPU --

@@ -110,8 +110,8 @@ def test_two_processes_saving_at_once_cannot_both_pass_the_overwrite_rule(tmp_pa
         for p in procs:
             p.start()
         for p in procs:
-            p.join(60)
-        outcomes = sorted(results.get(timeout=5) for _ in procs)
+            p.join(600)  # a guard against a hung process, not a bound
+        outcomes = sorted(results.get(timeout=600) for _ in procs)
         assert [o[0] for o in outcomes] == ["refused", "saved"], outcomes
         assert "was recorded on another device" in outcomes[0][1]
         winner = outcomes[1][1]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from fnmatch import fnmatch
 
-import pytest
 from factories import attention_suite
 
 from pytest_attn.core.metrics import Figures, impossible_figure
@@ -176,7 +175,6 @@ CASE = ["-p", "no:cacheprovider", "--attn-profile=cpu", "--attn-dtypes=fp32", "-
         "tiny-mha-fp32-full-fwd", "--attn-baseline=off", "--attn-max-time=0.2"]
 
 
-@pytest.mark.slow
 def test_every_adversary_is_failed_naming_its_trick_and_the_honest_one_passes(pytester):
     pytester.makeconftest(ADVERSARIES)
     pytester.makepyfile(test_suite=attention_suite("prefill"))
@@ -190,7 +188,6 @@ def test_every_adversary_is_failed_naming_its_trick_and_the_honest_one_passes(py
         assert fnmatch(" ".join(block.split("\n")[1:8]), f"*{message}*"), (trick, block[:1500])
 
 
-@pytest.mark.slow
 def test_without_the_checks_a_stored_result_is_still_timed_faster_than_possible(pytester):
     """--attn-no-verify turns the checks off; the figure itself then gives the trick away."""
     pytester.makeconftest(ADVERSARIES)
@@ -250,15 +247,28 @@ def test_a_replaced_clock_is_named(monkeypatch):
     assert spotcheck.clock_tampering().startswith("time.perf_counter was replaced by <function")
 
 
-@pytest.mark.slow
+NOT_SHRUNK = """
+
+from hypothesis import Phase, settings
+
+import pytest_attn.fuzz.profiles  # registers ci
+
+settings.register_profile("ci-not-shrunk", parent=settings.get_profile("ci"),
+                          phases=[Phase.explicit, Phase.reuse, Phase.generate])
+"""
+
+
 def test_the_fuzzer_names_a_back_end_that_writes_its_inputs(pytester):
-    """The fuzzer compared every element with a reference computed from the inputs the call had zeroed."""
-    pytester.makeconftest(ADVERSARIES)
+    """The fuzzer compared every element with a reference computed from the inputs the call had zeroed. (The ci
+    profile without shrinking: the trick is named in the first failing example; shrinking and explaining it took
+    80 % of this test's time, and what a failure shrinks to is test_strategies' business.)"""
+    pytester.makeconftest(ADVERSARIES + NOT_SHRUNK)
     pytester.makepyfile(test_fuzz_mine="""
 def test_right(attn_fuzzer):
     attn_fuzzer.run("writes-input", "fwd")
 """)
-    result = pytester.runpytest("-p", "no:cacheprovider", "--attn-fuzz-examples=3")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--hypothesis-profile=ci-not-shrunk",
+                                "--attn-fuzz-examples=3")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["writes-input gives a wrong result on *",
                                  "  call: writes its inputs: k changed during a call in this example*"])

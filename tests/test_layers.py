@@ -5,6 +5,7 @@ import time, and modules and functions stay small. Reads the code with ``ast``; 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 PACKAGE = Path(__file__).parents[1] / "pytest_attn"
@@ -62,7 +63,8 @@ def resolve(path: Path, node: ast.ImportFrom) -> list[str]:
     return names if node.module is None else [base, *names]  # "from . import x" imports x, not the package
 
 
-def imports(path: Path) -> list[tuple[str, bool]]:
+@functools.cache  # read once for the tests of this module: the code does not change while they run
+def imports(path: Path) -> tuple[tuple[str, bool], ...]:
     """(module, at module top) for every import of ``path``, TYPE_CHECKING blocks excluded."""
     tree = ast.parse(path.read_text())
     out: list[tuple[str, bool]] = []
@@ -79,12 +81,16 @@ def imports(path: Path) -> list[tuple[str, bool]]:
             visit(child, inner)
 
     visit(tree, True)
-    return out
+    return tuple(out)
+
+
+@functools.cache
+def _known() -> frozenset[str]:
+    return frozenset(dotted(p) for p in modules())
 
 
 def package_imports(path: Path) -> list[tuple[str, bool]]:
-    known = {dotted(p) for p in modules()}
-    return [(name, top) for name, top in imports(path) if name in known and name != dotted(path)]
+    return [(name, top) for name, top in imports(path) if name in _known() and name != dotted(path)]
 
 
 def test_every_module_lives_in_a_layer():

@@ -18,7 +18,7 @@ def test_runs_one_command_per_gpu_in_copies_and_stops_one_past_its_limit(tmp_pat
          "first: echo \"against baseline: 3 SAME\"; echo $CUDA_VISIBLE_DEVICES; pwd",
          "slow: sleep 30",
          "third: echo 'paired A/B at a 2.0% threshold: 2 SLOWER'; exit 1"],
-        capture_output=True, text=True, timeout=60)
+        capture_output=True, text=True, timeout=600)
     assert out.returncode == 1, out.stdout + out.stderr
     assert "== first (GPU g0): exit 0" in out.stdout and "   against baseline: 3 SAME" in out.stdout
     assert "== third (GPU g0): exit 1" in out.stdout  # waited for a free GPU
@@ -32,5 +32,5 @@ def test_runs_one_command_per_gpu_in_copies_and_stops_one_past_its_limit(tmp_pat
 
 def test_a_command_without_a_name_is_refused():
     out = subprocess.run([sys.executable, str(SCRIPT), "--out", "x", "--gpus", "0", "pytest suites/"],
-                         capture_output=True, text=True, timeout=30)
+                         capture_output=True, text=True, timeout=600)
     assert out.returncode != 0 and "is not NAME: COMMAND" in out.stderr

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from factories import attention_suite
+from fake_clock_runs import STEADY_CONFTEST, on_the_fake_clock
 
 from pytest_attn.core.record import Record
 from pytest_attn.plugin.session import not_loaded
@@ -183,17 +184,15 @@ def test_fuzz(attn_fuzzer, fuzz_target, data):
 '''
 
 
-@pytest.mark.slow
-def test_fuzzing_runs_on_cpu_and_is_opt_in_on_a_gpu(pytester):
+def test_fuzzing_runs_on_cpu_and_is_opt_in_on_a_gpu(pytester, monkeypatch):
     pytester.makepyfile(suite_fuzz=FUZZ_SUITE)  # not named test_fuzz*: opting in by path does not apply
-    result = pytester.runpytest("-p", "no:cacheprovider", "--attn-backends=sdpa-math", "suite_fuzz.py", "-rs")
-    result.assert_outcomes(passed=2)  # fwd and fwd+bwd, the ci profile on CPU
+    args = ["-p", "no:cacheprovider", "--attn-backends=sdpa-math", "--attn-directions=fwd", "suite_fuzz.py", "-rs"]
+    result = pytester.runpytest(*args)
+    result.assert_outcomes(passed=1)  # the ci profile on CPU
     result.stdout.fnmatch_lines(["*pytest-attn fuzz*", "*hypothesis profile: ci*", "*sdpa-math fwd: 50*"])
-    # a pretend GPU, in a subprocess so the patch cannot leak into this session
-    pytester.makeconftest("import torch\ntorch.cuda.is_available = lambda: True\n")
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--attn-backends=sdpa-math", "suite_fuzz.py",
-                                           "-rs")
-    result.assert_outcomes(skipped=2)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a pretend GPU, for this test only
+    result = pytester.runpytest(*args)
+    result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*fuzzing is opt-in on a GPU*--attn-fuzz*"])
 
 
@@ -259,7 +258,7 @@ def test_a_relation_no_example_reached_fails_the_run_by_name(pytester):
                                  "FAILED reach: shy fwd: no decode example ran, though the back end takes it*"])
 
 
-@pytest.mark.slow
+@pytest.mark.e2e  # pytest-xdist: a controller and two workers
 def test_under_xdist_the_fuzz_summary_and_reach_check_come_from_the_workers(pytester):
     pytester.makeconftest(SHY_CONFTEST)
     pytester.makepyfile(suite_fuzz=FUZZ_SUITE)
@@ -278,14 +277,25 @@ WRONG_CONFTEST = SHY_CONFTEST.replace('name = "shy"', 'name = "wrong"').replace(
                                                                                    "scale=1.5 * case.scale,")
 
 
-@pytest.mark.slow
-def test_a_fuzz_failure_reads_at_the_top_of_its_block_and_its_replay_loads_the_conftest(pytester):
-    import subprocess
-    import sys
+NOT_SHRUNK = """
 
-    pytester.makeconftest(WRONG_CONFTEST)
+from hypothesis import Phase, settings
+
+import pytest_attn.fuzz.profiles  # registers ci
+
+settings.register_profile("ci-not-shrunk", parent=settings.get_profile("ci"),
+                          phases=[Phase.explicit, Phase.reuse, Phase.generate])
+"""
+
+
+def _a_fuzz_failure_in_the_suite(pytester) -> str:
+    """The varlen fuzz suite on a back end with a wrong scale: its failure block read, its replay command returned.
+    (The ci profile without shrinking: the block and the replay read the same for the first failing example, and
+    shrinking and explaining it was most of this run.)"""
+    pytester.makeconftest(WRONG_CONFTEST + NOT_SHRUNK)
     pytester.makepyfile(test_fuzz_varlen=(Path(__file__).parents[1] / "suites" / "test_fuzz_varlen.py").read_text())
-    result = pytester.runpytest("-p", "no:cacheprovider", "--attn-backends=wrong", "--attn-directions=fwd")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--attn-backends=wrong", "--attn-directions=fwd",
+                                "--hypothesis-profile=ci-not-shrunk")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     lines = result.stdout.lines
     start = next(i for i, line in enumerate(lines) if "test_fuzz_varlen[wrong-fwd]" in line and line.startswith("_"))
@@ -296,30 +306,56 @@ def test_a_fuzz_failure_reads_at_the_top_of_its_block_and_its_replay_loads_the_c
     assert "FAILED reach" not in result.stdout.str() and "ratio inf" not in result.stdout.str()
     command = replay.removeprefix("  replay: ")
     assert " --backends-from conftest.py '" in command
+    return command
+
+
+def test_a_fuzz_failure_reads_at_the_top_of_its_block_and_its_replay_loads_the_conftest(pytester, monkeypatch,
+                                                                                         capsys):
+    """The replay, in this process: the command's arguments given to ``python -m pytest_attn.fuzz``'s main (the
+    same command in a shell: the end-to-end test below)."""
+    import shlex
+
+    from pytest_attn.fuzz.__main__ import main
+
+    words = shlex.split(_a_fuzz_failure_in_the_suite(pytester))
+    assert words[:4] == ["PYTHONPATH=.", "python", "-m", "pytest_attn.fuzz"]
+    monkeypatch.chdir(pytester.path)
+    capsys.readouterr()
+    assert main(words[4:]) == 1  # the same wrong result, on this machine
+    assert capsys.readouterr().out.startswith("wrong gives a wrong result on ")
+
+
+@pytest.mark.e2e  # the replay in a shell: a Python that imports torch
+def test_a_fuzz_failures_replay_runs_in_a_shell(pytester):
+    import subprocess
+    import sys
+
+    command = _a_fuzz_failure_in_the_suite(pytester)
     # the replay says "python", as a user's shell has it: here, this interpreter (its bin need not be on PATH)
     path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
-    done = subprocess.run(command, shell=True, cwd=pytester.path, capture_output=True, text=True, timeout=120,
+    done = subprocess.run(command, shell=True, cwd=pytester.path, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "PATH": path})
     assert done.returncode == 1, done.stderr  # the same wrong result, on this machine
     assert done.stdout.startswith("wrong gives a wrong result on "), done.stdout + done.stderr
 
 
 OWN_FUZZ_TEST = """
-from hypothesis import given, settings
+from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 
-@settings(max_examples=20, database=None)
+@settings(max_examples=20, database=None, phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink])
 @given(data=st.data())
 def test_my_kernel(attn_fuzzer, data):
     attn_fuzzer.check("wrong", "fwd", data)
 """
 
 
-@pytest.mark.slow
 def test_a_fuzz_failure_in_a_test_of_ones_own_reads_as_the_suites_do(pytester):
     """A ``@given`` test of one's own around ``attn_fuzzer.check`` printed ~100 lines (the fuzzer's source, its
-    traceback, Hypothesis' dump of the draws); now the verdict, the worst element and the replay."""
+    traceback, Hypothesis' dump of the draws); now the verdict, the worst element and the replay. (Shrunk, not
+    explained: Hypothesis' explain phase re-runs the shrunk example under a tracer, 70 % of this test's time, for
+    comments in the dump that is left out either way.)"""
     pytester.makeconftest(WRONG_CONFTEST)
     pytester.makepyfile(test_mine=OWN_FUZZ_TEST)
     result = pytester.runpytest("-p", "no:cacheprovider")
@@ -354,13 +390,12 @@ def test_local_history_is_kept_per_gpu(pytester, monkeypatch):
     assert [p.relative_to(pytester.path / ".benchmarks").parts[0] for p in saved] == ["nvidia-h200"]
 
 
-@pytest.mark.slow
 def test_every_line_of_an_attention_run_fits_the_terminal(pytester, monkeypatch):
     """At 120 columns a CPU run printed a 130-column table, a 527-character first summary line, 150-260-column
     pytest-benchmark tables and progress lines past the edge; at 80 columns, nothing may pass it."""
     monkeypatch.setenv("COLUMNS", "80")
     pytester.makepyfile(test_suite=SUITE)
-    flags = [*FAST, "--attn-dtypes=fp32", "-k", "tiny-mha or tiny-gqa"]
+    flags = [*FAST, "--attn-dtypes=fp32", "--attn-max-time=0.01", "-k", "tiny-gqa"]  # every kind of line, one problem
     pytester.runpytest(*flags, "--attn-save-baseline")
     result = pytester.runpytest(*flags, "--attn-inject-slowdown=300%", "-W", "ignore::pytest.PytestWarning")
     lines = result.stdout.lines
@@ -369,21 +404,23 @@ def test_every_line_of_an_attention_run_fits_the_terminal(pytester, monkeypatch)
     assert not wide, "\n".join(wide)
 
 
-@pytest.mark.slow
-def test_benchmark_compare_shows_each_change_in_the_plugins_table_wherever_pytest_starts(pytester, monkeypatch):
+def test_benchmark_compare_shows_each_change_in_the_plugins_table_wherever_pytest_starts(pytester, monkeypatch,
+                                                                                        fake_clock):
     """The comparison was only in pytest-benchmark's wide tables, and the history was kept under whatever folder
-    pytest was started from."""
+    pytest was started from. (On the fake clock: on a loaded machine 300 % injected read +145 % AMBIGUOUS.)"""
+    on_the_fake_clock(monkeypatch, fake_clock)
     pytester.makeini("[pytest]\n")  # the rootdir: the history is kept here
+    pytester.makeconftest(STEADY_CONFTEST)
     pytester.mkdir("sub")
     pytester.makepyfile(test_suite=SUITE)
-    flags = [*FAST, "--attn-backends=sdpa-math", "--attn-dtypes=fp32", "--attn-directions=fwd", "-k",
+    flags = [*FAST, "--attn-backends=steady", "--attn-dtypes=fp32", "--attn-directions=fwd", "-k",
              "tiny-mha-fp32-full", "--attn-baseline=off"]
     assert pytester.runpytest(*flags).ret == pytest.ExitCode.OK
     monkeypatch.chdir(pytester.path / "sub")
     slowed = pytester.runpytest(*flags, "../test_suite.py", "--benchmark-compare", "--attn-inject-slowdown=300%")
     assert slowed.ret == pytest.ExitCode.OK  # --benchmark-compare informs; the gate (or --benchmark-compare-fail) fails
     slowed.stdout.fnmatch_lines(["vs saved: the median's change against saved run 0001_* (--benchmark-compare):"
-                                 " 1 SLOWER*", "*backend*vs saved*", "  sdpa-math *+*% SLOWER*"])
+                                 " 1 SLOWER*", "*backend*vs saved*", "  steady *+*% SLOWER*"])
     assert not (pytester.path / "sub" / ".benchmarks").exists()
     assert len(list((pytester.path / ".benchmarks").glob("*/*.json"))) == 2
 
@@ -425,10 +462,10 @@ def test_bad_input_stops_at_start_up_before_anything_runs(pytester, flags, messa
 
 def test_help_and_version_work_wherever_the_plugin_is_installed(pytester):
     pytester.makepyfile(test_one="def test_one():\n    assert True\n")
-    helped = pytester.runpytest_subprocess("--help")
+    helped = pytester.runpytest("--help")
     assert helped.ret == pytest.ExitCode.OK
     helped.stdout.fnmatch_lines(["*--attn-profile=NAME*", "*--attn-compile-only*"])
-    assert pytester.runpytest_subprocess("--version").ret == pytest.ExitCode.OK
+    assert pytester.runpytest("--version").ret == pytest.ExitCode.OK
 
 
 def test_a_report_on_a_cpu_run_without_a_baseline_says_every_result_is_new(pytester):
@@ -478,14 +515,14 @@ def pytest_configure(config):
     prepare_attention_run(config)
 """)
     pytester.makepyfile(test_x="def test_x():\n    pass\n")
-    missing = pytester.runpytest_subprocess("-p", "no:pytest_attn.plugin", "-p", "no:cacheprovider")
+    missing = pytester.runpytest("-p", "no:pytest_attn.plugin", "-p", "no:cacheprovider")
     assert missing.ret == pytest.ExitCode.USAGE_ERROR
     missing.stderr.fnmatch_lines(["ERROR: pytest-attn is not loaded as a pytest plugin in this environment*install it"
                                   " in this environment (pip install *), or load it by name: pytest -p"
                                   " pytest_attn.plugin*"])
     assert f"ERROR: {not_loaded()}" in missing.stderr.str()  # the copy imported here, by its folder
     assert "KeyError" not in missing.stdout.str() + missing.stderr.str()
-    both = pytester.runpytest_subprocess("-p", "pytest_attn.plugin", "-p", "no:cacheprovider")
+    both = pytester.runpytest("-p", "pytest_attn.plugin", "-p", "no:cacheprovider")
     assert both.ret == pytest.ExitCode.OK, both.stderr.str()
 
 

@@ -10,9 +10,8 @@ import json
 import pytest
 
 pytest.importorskip("torch")
-pytestmark = pytest.mark.slow
 
-from pytest_attn.engine import probe, slowed, timers  # noqa: E402
+from pytest_attn.engine import probe, slowed, timers
 
 CONFTEST = '''
 import os

@@ -3,6 +3,8 @@ it is calibrated on the whole timed step, and that on a CPU it really adds the w
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -84,9 +86,11 @@ def test_the_whole_timed_step_is_what_the_fraction_is_of(monkeypatch, direction)
     assert "slowed on purpose: " in backend.expression(case)
 
 
-def test_on_a_cpu_the_planned_work_really_takes_its_time():
-    """Real matmuls on this CPU: the planned work takes about what the plan says (a generous band: a
-    shared CI machine; the point is real work of the right order, not a spin on the clock)."""
+def test_on_a_cpu_the_planned_work_really_takes_its_time(monkeypatch):
+    """Real matmuls on this CPU: the planned work takes about what the plan says -- real work of the right order,
+    not a spin on the clock. Timed in this process's CPU time, which other processes on a shared machine do not
+    stretch (its wall time does: 4.4x the plan on a loaded 2-core CI machine)."""
+    monkeypatch.setattr(slowed.timers, "CPU_CLOCK", time.process_time)
     work = MatmulWork(torch.device("cpu"))
     plan = calibrate(work, 20e-3, 0.5)  # 10 ms of extra work
     took = work.step_seconds(work.runner(plan))

@@ -82,7 +82,7 @@ def pytest_configure(config):
     prepare_attention_run(config)
 """
 ARGS = ["-p", "no:cacheprovider", "--attn-profile=cpu", "--attn-backends=sdpa-math,sdpa-loop,sdpa-padded",
-        "--attn-dtypes=fp32", "--attn-max-time=0.05", "--attn-min-samples=5"]
+        "--attn-dtypes=fp32", "--attn-directions=fwd", "--attn-max-time=0.05", "--attn-min-samples=5"]
 
 
 def _rows(text: str) -> list[str]:
@@ -113,7 +113,7 @@ def one_process(pytester):
     return one, {b["fullname"] for b in first["benchmarks"]}
 
 
-@pytest.mark.slow
+@pytest.mark.e2e  # pytest-xdist: a controller and two workers, each importing torch
 def test_two_workers_give_the_same_benchmarks_and_rows_as_one_process(pytester, one_process):
     one, names = one_process
     # --attn-shard=1/1 keeps every problem, and proves a shard's mark travels from the workers (that collect
@@ -143,7 +143,6 @@ def test_two_workers_give_the_same_benchmarks_and_rows_as_one_process(pytester, 
     assert "Benchmark fixture was not used" not in two.stdout.str()
 
 
-@pytest.mark.slow
 def test_shards_split_the_problems_record_their_share_and_merge_back(pytester, one_process):
     _, names = one_process
     shards = [pytester.runpytest(*ARGS, f"--attn-shard={i}/2", f"--benchmark-json=s{i}.json") for i in (1, 2)]
@@ -190,7 +189,7 @@ def test_pinned():
 """
 
 
-@pytest.mark.slow
+@pytest.mark.e2e  # pytest-xdist: three runs of a controller and its workers
 def test_workers_are_pinned_by_uuid_and_too_many_are_refused(pytester):
     pytester.makeconftest(PINNED_CONFTEST)
     pytester.makepyfile(test_pinned=PINNED_SUITE)

@@ -24,6 +24,7 @@ from ..core.throttle import assess
 from ..oracle.cache import check_cache
 from ..oracle.checks import check_finite, check_rows, only_rows_with_keys
 from ..oracle.grad_check import check_grad_rows
+from . import timers
 from .failures import no_graph, user_call
 from .inputs import make_inputs, make_step, torch_device
 from .load_phase import run_load_phase
@@ -152,13 +153,20 @@ def _refuse_slow_cpu_call(case: AttnCase, step_s: float, settings: RunSettings) 
             " here (a measurement makes some 20 calls); skipped.", gflop, gflop * settings.cpu_call_limit_s / step_s)
 
 
+def _caps_clock(device: DeviceInfo) -> Callable[[], float]:
+    """The clock the warm-up's and the sampling's time caps read: on a CPU the one its timer reads (a test's fake
+    clock then governs both, so a run on it does the same work however loaded the machine is), else the host's."""
+    return time.perf_counter if device.is_cuda else timers.CPU_CLOCK
+
+
 def _timer(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSettings, free: int | None,
            step: Callable[[], Any]) -> tuple[BuiltTimer, WarmupReport, L2Flush | None, str]:
     """Warm up with the call being timed, then the timer: the one the case's baseline record names where
     the run is gated (``settings.pin``), else the one its length calls for. Returns why, in words."""
     flush = L2Flush(device.l2_bytes, torch_device(device)) if device.is_cuda else None
     events = CudaEventTimer([step], flush) if flush is not None else None
-    report = warm_up(CpuTimer([step]).sample if events is None else events.sample, settings.warmup)
+    report = warm_up(CpuTimer([step]).sample if events is None else events.sample, settings.warmup,
+                     clock=_caps_clock(device))
     report.launch_s = events.launch_s if events is not None else []
     pin = settings.pin if device.is_cuda and settings.timer == "auto" else None
 
@@ -274,8 +282,8 @@ def measure(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunS
     count = spot_count(ready.warmup.estimate_s, settings.stop.max_time_s)
     spot = ready.spot.plan(settings.stop.min_samples, count) if ready.spot is not None else None
     with nvtx_range(f"{label} samples", device.is_cuda):
-        sampling = sample_until(ready.built.timer, settings.stop, read_sm_clock=nvml.sm_clock_mhz,
-                                read_reasons=nvml.clocks_event_reasons,
+        sampling = sample_until(ready.built.timer, settings.stop, clock=_caps_clock(device),
+                                read_sm_clock=nvml.sm_clock_mhz, read_reasons=nvml.clocks_event_reasons,
                                 before_sample=spot.before_sample if spot is not None else None)
     check_clocks(case)
     if spot is not None and ready.check is not None:

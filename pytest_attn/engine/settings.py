@@ -60,7 +60,7 @@ class RunSettings:
     trace_dir: Path | None = None  # one Chrome trace per case here
     clock_lock: str = "not locked"  # the achieved clock-lock state, recorded with every result
     cpu_gflops: dict[str, float] | None = None  # a CPU run: its matmul rate per dtype, to refuse cases it cannot finish
-    cpu_call_limit_s: float = CPU_CALL_LIMIT_S
+    cpu_call_limit_s: float = field(default_factory=lambda: CPU_CALL_LIMIT_S)  # read when made: tests may raise it
     events_from_s: float = GRAPH_THRESHOLD_S  # ``auto`` times calls this long or longer with events
     min_input_sets: int = 1  # graph timers rotate at least this many input sets
     pin: TimerPin | None = None  # the case's baseline record's timer, calls per sample and input sets (one case's)
