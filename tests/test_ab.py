@@ -451,8 +451,13 @@ def test_arms_that_cannot_run_are_refused_at_start_up(pytester):
     """A Python without torch, an executable that is not Python, and +backend= naming no back end each failed
     every case in turn (the worker started again for each); now the run stops before anything is measured."""
     pytester.makepyfile(test_ab_suite=attention_suite("prefill"))
+    # No site-packages, and a torch that cannot be imported first on the path: pytest-attn's own folder is put
+    # last on the arm's path, and where pytest-attn is installed (not editable) that folder holds torch too.
+    blocker = pytester.mkdir("no-torch") / "torch"
+    blocker.mkdir()
+    (blocker / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n")
     bare = pytester.path / "bare-python"
-    bare.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")  # no site-packages: no torch
+    bare.write_text(f"#!/bin/sh\nPYTHONPATH={blocker.parent} exec {sys.executable} -S \"$@\"\n")
     notpy = pytester.path / "notpy"
     notpy.write_text("#!/bin/sh\necho hello\n")
     for path in (bare, notpy):
