@@ -3,7 +3,9 @@ that runs a script under capture."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 
@@ -101,3 +103,25 @@ def test_the_command_runs_a_script_under_capture(tmp_path, capsys, monkeypatch):
     assert "model.py 3" in w.source
     said = capsys.readouterr().out
     assert "1 distinct attention call(s), 3 in all" in said and "not replayable: record 0" in said
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(("name", "records", "calls"), [("llama3-8b", 129, 32 * 129), ("qwen2.5-7b", 129, 28 * 129),
+                                                        ("hunyuan-video-dit", 1, 60)])
+def test_the_shipped_workloads_load_and_every_record_replays(name, records, calls):
+    w = load_workload(ROOT / "workloads" / f"{name}.workload.json")
+    r = replay(w, name)
+    assert (len(w.records), sum(rec.count for rec in w.records), len(r.variants), r.refused) == (records, calls,
+                                                                                                records, ())
+
+
+def test_the_capture_script_rewrites_the_dit_workload_as_shipped(tmp_path):
+    spec = importlib.util.spec_from_file_location("capture_workloads", ROOT / "scripts" / "capture_workloads.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main([str(tmp_path), "--only", "hunyuan-video-dit"]) == 0
+    name = "hunyuan-video-dit.workload.json"
+    assert load_workload(tmp_path / name) == load_workload(ROOT / "workloads" / name)

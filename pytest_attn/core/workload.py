@@ -95,7 +95,12 @@ def to_json(workload: Workload) -> dict[str, Any]:
 
 
 def dumps(workload: Workload) -> str:
-    return json.dumps(to_json(workload), indent=1) + "\n"
+    """The file's text: one record a line, so a diff of two captures reads record by record."""
+    data = to_json(workload)
+    head = json.dumps({k: v for k, v in data.items() if k != "records"})[:-1]
+    records = ",\n".join(" " + json.dumps(r) for r in data["records"])
+    return f'{head}, "records": [\n{records}\n]}}\n'
+
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Call)}
