@@ -272,3 +272,43 @@ def test_a_library_missing_here_is_not_patched(monkeypatch):
     with pytest_attn.capture() as cap:
         pass
     assert cap.patched == ["torch.nn.functional.scaled_dot_product_attention"]
+
+
+def test_fa4_cute_varlen_over_a_paged_cache_and_its_unsupported_extras(monkeypatch):
+    """FA4's flash_attn.cute signature (flash_attn/cute/interface.py): optional cu_seqlens, seqused_k, page_table,
+    window sides spelled None, learnable_sink."""
+    cute = types.ModuleType("flash_attn.cute")
+
+    def flash_attn_varlen_func(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
+                               seqused_q=None, seqused_k=None, page_table=None, softmax_scale=None, causal=False,
+                               window_size=(None, None), learnable_sink=None, softcap=0.0, num_splits=1,
+                               pack_gqa=None, deterministic=False, score_mod=None, aux_tensors=None):
+        return q
+
+    cute.flash_attn_varlen_func = flash_attn_varlen_func
+    monkeypatch.setitem(sys.modules, "flash_attn.cute", cute)
+    t = torch.zeros
+    with pytest_attn.capture() as cap:
+        cute.flash_attn_varlen_func(t(3, 1, 8, 128, dtype=torch.bfloat16), t(50, 64, 2, 128), t(50, 64, 2, 128),
+                                    seqused_k=torch.tensor([100, 7, 64], dtype=torch.int32),
+                                    page_table=torch.zeros(3, 2, dtype=torch.int32), causal=True)
+        cute.flash_attn_varlen_func(t(2, 16, 8, 128, dtype=torch.bfloat16), t(2, 16, 2, 128), t(2, 16, 2, 128),
+                                    window_size=(4, None), learnable_sink=t(8))
+    paged, sink = (r.call for r in cap.workload.records)
+    assert (paged.api, paged.batch, paged.seqlen_q, paged.seqlens_k, paged.page_size, paged.kv_heads) == (
+        "fa4.flash_attn_varlen_func", 3, 1, (100, 7, 64), 64, 2)
+    assert (paged.mask, paged.dtype, paged.unsupported) == ("causal", "bf16", "")
+    assert (sink.mask, sink.window, sink.seqlen_k) == ("window", (4, -1), 16) and "sinks" in sink.unsupported
+
+
+def test_one_mask_handed_to_every_layer_is_read_once_and_a_changed_one_again():
+    q, k, v = qkv(hk=4)
+    mask = causal_bool(8, 8)
+    with pytest_attn.capture() as cap:
+        for _ in range(4):
+            F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        assert cap.masks.read == 1
+        mask[:, :2] = False  # changed in place (its version moved on): now the first two keys are padding
+        F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert cap.masks.read == 2
+    assert [(r.call.mask, r.count) for r in cap.workload.records] == [("causal", 4), ("padding", 1)]

@@ -1,11 +1,14 @@
-"""flash-attn's ``flash_attn_func``, ``flash_attn_varlen_func`` and ``flash_attn_with_kvcache``: a call's shape.
+"""flash-attn's ``flash_attn_func``, ``flash_attn_varlen_func`` and ``flash_attn_with_kvcache`` (FA2, FA3) and FA4's
+``flash_attn.cute`` ``flash_attn_func`` / ``flash_attn_varlen_func``: a call's shape.
 
 Arguments are bound to the installed function's own signature, so positional and keyword calls read alike
-(documented in flash_attn/flash_attn_interface.py): ``q, k, v`` are ``(batch, seqlen, heads, head_dim)``;
-varlen packs them ``(total, heads, head_dim)`` with ``cu_seqlens_q/k``, and with ``block_table`` the keys
-are pages ``(num_blocks, page_size, kv_heads, head_dim)``; ``flash_attn_with_kvcache`` attends each request
-over ``cache_seqlens`` cached keys (less ``cache_leftpad``) plus the ``k`` it appends. ``causal`` and
-``window_size`` are bottom-right aligned, as the plugin's masks are."""
+(documented in flash_attn/flash_attn_interface.py and flash_attn/cute/interface.py): ``q, k, v`` are
+``(batch, seqlen, heads, head_dim)``; varlen packs them ``(total, heads, head_dim)`` with ``cu_seqlens_q/k``
+(FA4: either may be absent, and ``seqused_k`` gives each request's keys); with ``block_table`` (FA4:
+``page_table``) the keys are pages ``(num_blocks, page_size, kv_heads, head_dim)``; ``flash_attn_with_kvcache``
+attends each request over ``cache_seqlens`` cached keys (less ``cache_leftpad``) plus the ``k`` it appends.
+``causal`` and ``window_size`` are bottom-right aligned, as the plugin's masks are (FA4 spells an unbounded side
+``None``)."""
 
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ def bind(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, 
 
 def mask_of(v: Bound) -> tuple[str, tuple[int, int] | None]:
     left, right = (v.get("window_size") or (-1, -1))[:2]
-    left, right = (-1 if left < 0 else int(left)), (-1 if right < 0 else int(right))
+    left, right = (-1 if left is None or left < 0 else int(left)), (-1 if right is None or right < 0 else int(right))
     if v.get("causal"):
         right = 0
     window = (left, right)
@@ -41,8 +44,16 @@ def _reasons(v: Bound, dtype: str, heads: int, kv_heads: int, d: int, dv: int) -
         f"dropout_p={dropout}: the plugin times attention without dropout" if dropout > 0 else "",
         "alibi_slopes: ALiBi is not in the plugin's cases" if v.get("alibi_slopes") is not None else "",
         f"softcap={softcap}: a soft cap is not in the plugin's cases yet" if softcap else "",
+        "attention sinks: not in the plugin's cases yet" if _given(v, "learnable_sink", "sinks") else "",
+        "a score_mod or mask_mod callable: only its shape could be recorded" if _given(v, "score_mod", "mask_mod")
+        else "",
+        "qv (an extra query input): not in the plugin's cases" if _given(v, "qv") else "",
         f"kv heads={kv_heads} do not divide heads={heads}" if heads % kv_heads else "",
         f"head_dim_v={dv} differs from head_dim={d}: not replayable yet" if dv != d else "")
+
+
+def _given(v: Bound, *names: str) -> bool:
+    return any(v.get(n) is not None for n in names)
 
 
 def _scale(v: Bound) -> float | None:
@@ -60,12 +71,23 @@ def describe_dense(api: str, v: Bound) -> Call:
                 unsupported=_reasons(v, dtype, heads, kv_heads, d, dv))
 
 
+def _varlen_lengths(v: Bound, table: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    q, k = v["q"], v["k"]
+    lq = lengths(v["cu_seqlens_q"]) if v.get("cu_seqlens_q") is not None else (q.shape[1],) * q.shape[0]
+    if v.get("seqused_k") is not None:
+        return lq, tuple(int(n) for n in v["seqused_k"].tolist())
+    if v.get("cu_seqlens_k") is not None:
+        return lq, lengths(v["cu_seqlens_k"])
+    return lq, (table.shape[1] * k.shape[1] if table is not None else k.shape[1],) * len(lq)
+
+
 def describe_varlen(api: str, v: Bound) -> Call:
     q, k, val = v["q"], v["k"], v["v"]
-    heads, d = q.shape[1], q.shape[2]
-    paged = v.get("block_table") is not None
-    kv_heads, dv = (k.shape[2], val.shape[3]) if paged else (k.shape[1], val.shape[2])
-    lq, lk = lengths(v["cu_seqlens_q"]), lengths(v["cu_seqlens_k"])
+    heads, d = q.shape[-2], q.shape[-1]
+    table: Any = v.get("block_table") if v.get("block_table") is not None else v.get("page_table")  # FA4
+    paged = table is not None
+    kv_heads, dv = k.shape[-2], val.shape[-1]
+    lq, lk = _varlen_lengths(v, table)
     ragged = len(set(lq)) > 1 or len(set(lk)) > 1
     mask, window = mask_of(v)
     dtype = dtype_name(q.dtype)
@@ -80,8 +102,9 @@ def describe_kvcache(api: str, v: Bound) -> Call:
     q, k_cache, v_cache, k_new = v["q"], v["k_cache"], v["v_cache"], v.get("k")
     batch, sq, heads, d = q.shape
     kv_heads, dv = k_cache.shape[2], v_cache.shape[3]
-    paged = v.get("block_table") is not None
-    capacity = v["block_table"].shape[1] * k_cache.shape[1] if paged else k_cache.shape[1]
+    table: Any = v.get("block_table") if v.get("block_table") is not None else v.get("page_table")  # FA3
+    paged = table is not None
+    capacity = table.shape[1] * k_cache.shape[1] if paged else k_cache.shape[1]
     append = k_new.shape[1] if k_new is not None else 0
     cached = v.get("cache_seqlens")
     if cached is None:
@@ -105,6 +128,10 @@ def describe_kvcache(api: str, v: Bound) -> Call:
                     if v.get("rotary_cos") is not None else ""))
 
 
+#: The modules whose entry points are wrapped, and the prefix of their records' ``api``: FA2 (``flash_attn``, its
+#: interface module), FA3 (``flash_attn_interface``, Hopper builds), FA4 (``flash_attn.cute``).
+MODULES: dict[str, str] = {"flash_attn": "", "flash_attn.flash_attn_interface": "", "flash_attn_interface": "fa3.",
+                           "flash_attn.cute": "fa4."}
 #: entry point -> how to read it
 DESCRIBE: dict[str, Callable[[str, Bound], Call]] = {
     "flash_attn_func": describe_dense,

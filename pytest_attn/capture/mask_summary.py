@@ -5,6 +5,7 @@ seqlen_k index array, which would cost 8x the mask)."""
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,3 +107,27 @@ def _padding(per_seq: Any, keys: Any, rows: Any, batch: int, density: float) -> 
     window = next(iter(windows))
     assert window is not None
     return MaskSummary("padding", window, density, tuple(lengths_q), tuple(lengths_k))
+
+
+class MaskCache:
+    """Each distinct mask tensor summarised once: a model builds one mask a step and hands it to every layer, and
+    a summary of a mask on a GPU waits for the GPU. A tensor is the same while it is alive, unmodified (its
+    version counter) and viewed alike."""
+
+    def __init__(self, size: int = 8) -> None:
+        self.size = size
+        self.read = 0  # summaries computed (not served from the cache)
+        self._entries: dict[int, tuple[Any, tuple[Any, ...], MaskSummary]] = {}
+
+    def summarize(self, mask: Any, batch: int, seqlen_q: int, seqlen_k: int) -> MaskSummary:
+        key = (mask.data_ptr(), tuple(mask.shape), tuple(mask.stride()), mask.dtype, mask._version, batch, seqlen_q,
+               seqlen_k)
+        hit = self._entries.get(id(mask))
+        if hit is not None and hit[0]() is mask and hit[1] == key:
+            return hit[2]
+        summary = summarize(mask, batch, seqlen_q, seqlen_k)
+        self.read += 1
+        if len(self._entries) >= self.size:
+            del self._entries[next(iter(self._entries))]
+        self._entries[id(mask)] = (weakref.ref(mask), key, summary)
+        return summary

@@ -17,6 +17,7 @@ from typing import Any
 from ..core.files import write_atomic
 from ..core.workload import Call, Workload, dumps, workload_name
 from . import fa_calls, fi_calls, sdpa_calls
+from .mask_summary import MaskCache
 from .recorder import Recorder
 from .sites import ModuleStack
 from .tensors import unreadable
@@ -54,6 +55,7 @@ class Capture:
         self._undo: list[tuple[Any, str, Any, bool]] = []
         self._sites = ModuleStack()
         self._planned: dict[int, Call] = {}
+        self.masks = MaskCache()
 
     # ---- recording ------------------------------------------------------------------------------------
     def _note(self, api: str, read: Callable[[], Call]) -> None:
@@ -91,13 +93,14 @@ class Capture:
     def _install(self) -> None:
         import torch.nn.functional as F
 
-        self._patch(F, "scaled_dot_product_attention", self._function("sdpa", sdpa_calls.describe),
+        self._patch(F, "scaled_dot_product_attention",
+                    self._function("sdpa", lambda a, k: sdpa_calls.describe(a, k, self.masks)),
                     "torch.nn.functional.scaled_dot_product_attention")
-        for module_name in ("flash_attn", "flash_attn.flash_attn_interface"):
+        for module_name, prefix in fa_calls.MODULES.items():
             module = _importable(module_name)
             for api, read in fa_calls.DESCRIBE.items():
                 if module is not None and hasattr(module, api):
-                    self._patch(module, api, self._bound(api, read), f"{module_name}.{api}")
+                    self._patch(module, api, self._bound(prefix + api, read), f"{module_name}.{api}")
         fi = _importable("flashinfer")
         if fi is not None:
             for api, read in fi_calls.FUNCTIONS.items():

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.workload import Call
-from .mask_summary import summarize
+from .mask_summary import MaskCache
 from .tensors import direction, dtype_name, dtype_reason, first_reason, unreadable
 
 API = "sdpa"
@@ -22,7 +22,7 @@ def bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def describe(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Call:
+def describe(args: tuple[Any, ...], kwargs: dict[str, Any], masks: MaskCache) -> Call:
     v = bind(args, kwargs)
     q, k, val = v["query"], v["key"], v["value"]
     if any(getattr(t, "is_nested", False) for t in (q, k, val)):
@@ -40,7 +40,7 @@ def describe(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Call:
     lengths_k: tuple[int, ...] = ()
     mask, window, density, mask_reason = "none", None, None, ""
     if v.get("attn_mask") is not None:
-        s = summarize(v["attn_mask"], batch, sq, sk)
+        s = masks.summarize(v["attn_mask"], batch, sq, sk)
         mask, window, density, lengths_q, lengths_k, mask_reason = (s.kind, s.window, s.density, s.seqlens_q,
                                                                     s.seqlens_k, s.reason)
         if mask == "padding":
