@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from factories import attention_suite
+from factories import attention_suite, dense
 
 from pytest_attn.core.workload import VERSION, Call, Workload, WorkloadRecord, dumps
+from pytest_attn.engine.settings import TooLongHere
+from pytest_attn.plugin.hints import skip_reason
 
 FAST = ("-p", "no:cacheprovider", "--attn-max-time=0.05", "--attn-min-samples=5", "--attn-backends=sdpa-math")
 TINY = Workload("tiny", (
@@ -51,3 +53,12 @@ def test_a_bad_workload_stops_the_run_at_start_up(pytester, write, message):
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--attn-workload=w.json")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
+
+
+def test_a_record_too_long_for_this_cpu_says_to_replay_on_a_gpu_not_to_shrink_an_attn_case():
+    big = dense("mine", sq=2048, sk=2048, hq=32, hkv=8, d=128, batch=4)
+    exc = TooLongHere("one call is 68.8 GFLOP: ...; skipped before starting.", 68.8, 0.62)
+    said = skip_reason(exc, big, adhoc=True, profile="cpu", given="--attn-workload")
+    assert said.endswith("This record of --attn-workload is too large for a CPU run: replay the workload on a GPU,"
+                         " or capture a smaller step (fewer or shorter prompts) for a CPU")
+    assert "--attn-case" not in said
