@@ -62,3 +62,11 @@ def test_a_record_too_long_for_this_cpu_says_to_replay_on_a_gpu_not_to_shrink_an
     assert said.endswith("This record of --attn-workload is too large for a CPU run: replay the workload on a GPU,"
                          " or capture a smaller step (fewer or shorter prompts) for a CPU")
     assert "--attn-case" not in said
+
+
+def test_two_workloads_of_one_name_are_refused_by_that_name(pytester):
+    pytester.makepyfile(test_suite=attention_suite("all"))
+    (pytester.path / "w.json").write_text(dumps(TINY))
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--attn-workload=w.json", "--attn-workload=w.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--attn-workload: two workloads are named tiny: give each once*"])
