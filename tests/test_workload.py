@@ -19,6 +19,7 @@ from pytest_attn.core.workload import (
     Workload,
     WorkloadError,
     WorkloadRecord,
+    dumps,
     from_json,
     load_workload,
     to_json,
@@ -67,8 +68,17 @@ def test_a_bad_record_is_named_with_its_field(change, message):
 def test_not_a_workload_and_a_missing_file_say_what_to_do(tmp_path):
     with pytest.raises(WorkloadError, match=r"not a pytest-attn workload.*python -m pytest_attn.capture"):
         from_json({"benchmarks": []})
-    with pytest.raises(WorkloadError, match=r"no workload file 'gone.json' \(looked from "):
+    with pytest.raises(WorkloadError, match=r"no workload file 'gone.json' \(looked from .*\); give a file or a"
+                                            r" shipped workload's name \(hunyuan-video-dit, llama3-8b, qwen2.5-7b\)"):
         replay_file("gone.json")
+
+
+def test_a_shipped_workload_is_replayed_by_its_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = replay_file("hunyuan-video-dit")
+    assert (r.origin, r.workload.name, len(r.variants)) == ("hunyuan-video-dit", "hunyuan-video-dit", 1)
+    (tmp_path / "hunyuan-video-dit").write_text(dumps(Workload("mine", ())))  # a file of that name comes first
+    assert replay_file("hunyuan-video-dit").workload.name == "mine"
 
 
 def test_records_become_cases_of_their_suites():

@@ -93,11 +93,22 @@ def replay(workload: Workload, origin: str) -> Replay:
     return Replay(origin, workload, tuple(variants), tuple(refused))
 
 
+#: The shipped workloads of a source checkout (``workloads/`` beside the package), replayed by name.
+SHIPPED = Path(__file__).resolve().parents[2] / "workloads"
+
+
+def shipped() -> list[str]:
+    return sorted(p.name.removesuffix(".workload.json") for p in SHIPPED.glob("*.workload.json"))
+
+
 def replay_file(text: str) -> Replay:
-    """``--attn-workload FILE``: the file read and turned into problems; :class:`WorkloadError` (a ValueError)
-    names the file as given and the folder it was looked for from."""
+    """``--attn-workload FILE`` (or the name of a shipped workload): the file read and turned into problems;
+    :class:`WorkloadError` (a ValueError) names the file as given and the folder it was looked for from."""
     path = Path(text).expanduser()
+    if not path.is_file() and text in shipped():
+        path = SHIPPED / f"{text}.workload.json"
     if not path.is_file():
-        raise WorkloadError(f"no workload file {text!r} (looked from {Path.cwd()}); write one with"
-                            " `python -m pytest_attn.capture OUT.json script.py`")
+        names = f" or a shipped workload's name ({', '.join(shipped())})" if shipped() else ""
+        raise WorkloadError(f"no workload file {text!r} (looked from {Path.cwd()}); give a file{names}, or write"
+                            " one with `python -m pytest_attn.capture OUT.json script.py`")
     return replay(load_workload(path), text)
