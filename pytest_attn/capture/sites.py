@@ -38,6 +38,7 @@ class ModuleStack:
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        self._names.clear()  # (it holds the models: a capture kept afterwards must not keep them alive)
 
     def _enter(self, module: Any, args: Any) -> None:
         stack = self._stack()
