@@ -312,3 +312,41 @@ def test_one_mask_handed_to_every_layer_is_read_once_and_a_changed_one_again():
         F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     assert cap.masks.read == 2
     assert [(r.call.mask, r.count) for r in cap.workload.records] == [("causal", 4), ("padding", 1)]
+
+
+def test_flashinfer_paged_prefill_plan_and_single_decode(monkeypatch):
+    fi = types.ModuleType("flashinfer")
+
+    def single_decode_with_kv_cache(q, k, v, kv_layout="NHD", pos_encoding_mode="NONE", use_tensor_cores=False,
+                                    q_scale=None, k_scale=None, v_scale=None, window_left=-1, logits_soft_cap=None,
+                                    sm_scale=None, rope_scale=None, rope_theta=None):
+        return q
+
+    class BatchPrefillWithPagedKVCacheWrapper:
+        def plan(self, qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, num_qo_heads,
+                 num_kv_heads, head_dim_qk, page_size, head_dim_vo=None, custom_mask=None, packed_custom_mask=None,
+                 causal=False, pos_encoding_mode="NONE", use_fp16_qk_reduction=False, sm_scale=None, window_left=-1,
+                 logits_soft_cap=None, rope_scale=None, rope_theta=None, q_data_type="float16", kv_data_type=None):
+            pass
+
+        def run(self, q, paged_kv_cache):
+            return q
+
+    fi.single_decode_with_kv_cache = single_decode_with_kv_cache
+    fi.BatchPrefillWithPagedKVCacheWrapper = BatchPrefillWithPagedKVCacheWrapper
+    monkeypatch.setitem(sys.modules, "flashinfer", fi)
+    t = torch.zeros
+    with pytest_attn.capture() as cap:
+        fi.single_decode_with_kv_cache(t(32, 128, dtype=torch.float16), t(8, 300, 128), t(8, 300, 128),
+                                       kv_layout="HND", window_left=64)
+        wrapper = fi.BatchPrefillWithPagedKVCacheWrapper()
+        wrapper.plan(torch.tensor([0, 4, 8]), torch.tensor([0, 1, 3]), torch.arange(3), torch.tensor([9, 2]), 32, 8,
+                     128, 16, causal=True, q_data_type="bfloat16")
+        for _ in range(2):
+            wrapper.run(None, None)
+    decode, prefill = (r.call for r in cap.workload.records)
+    assert (decode.seqlen_q, decode.seqlen_k, decode.heads, decode.kv_heads, decode.dtype) == (1, 300, 32, 8, "fp16")
+    assert (decode.mask, decode.window, decode.kv_cache) == ("window", (64, -1), True)
+    assert (prefill.seqlen_q, prefill.seqlens_k, prefill.page_size, prefill.mask, prefill.dtype) == (
+        4, (9, 18), 16, "causal", "bf16")
+    assert cap.workload.records[1].count == 2
