@@ -3,7 +3,8 @@ workload file (:mod:`pytest_attn.core.workload`) that ``--attn-workload`` replay
 ``backends/``: it wraps the same libraries' public entry points, but to record calls, not to make them.
 
 ``with pytest_attn.capture("llama.workload.json"): model(x)`` patches ``F.scaled_dot_product_attention``,
-flash-attn's ``flash_attn_func`` / ``flash_attn_varlen_func`` / ``flash_attn_with_kvcache`` and FlashInfer's
+flash-attn's ``flash_attn_func`` / ``flash_attn_varlen_func`` / ``flash_attn_with_kvcache`` (FA2, FA3 and FA4's
+``flash_attn.cute``) and FlashInfer's
 single calls and batch wrappers (``plan`` / ``run``) where they import, records each call's shape after the
 library returned (outputs untouched), and restores them all on the way out. ``python -m pytest_attn.capture
 OUT.json script.py [args]`` runs a script under capture.

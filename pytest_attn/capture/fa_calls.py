@@ -12,6 +12,7 @@ attends each request over ``cache_seqlens`` cached keys (less ``cache_leftpad``)
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -22,8 +23,13 @@ from .tensors import direction, dtype_name, dtype_reason, first_reason, lengths
 Bound = dict[str, Any]
 
 
+@functools.lru_cache(maxsize=64)  # read once per entry point, not at every call
+def _signature(original: Callable[..., Any]) -> inspect.Signature:
+    return inspect.signature(original)
+
+
 def bind(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Bound:
-    bound = inspect.signature(original).bind(*args, **kwargs)
+    bound = _signature(original).bind(*args, **kwargs)
     bound.apply_defaults()
     return dict(bound.arguments)
 
