@@ -10,11 +10,12 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).parents[1] / "pytest_attn"
 #: Each layer may import from the layers listed before it (and from itself).
-ORDER = ("core", "oracle", "backends", "engine", "fuzz", "verdicts", "plugin")
+ORDER = ("core", "oracle", "backends", "capture", "engine", "fuzz", "verdicts", "plugin")
 ALLOWED = {
     "core": {"core"},
     "oracle": {"core", "oracle"},
     "backends": {"core", "oracle", "backends"},
+    "capture": {"core", "capture"},  # beside backends: it wraps the libraries' entry points to record calls
     "engine": {"core", "oracle", "backends", "engine"},
     "fuzz": {"core", "oracle", "backends", "engine", "fuzz"},
     "verdicts": {"core", "verdicts"},

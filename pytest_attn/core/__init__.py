@@ -14,5 +14,7 @@ Modules: :mod:`.case`, :mod:`.catalog`, :mod:`.adhoc` (``--attn-case``), :mod:`.
 :mod:`.device`, :mod:`.kernel_names`, :mod:`.stats`, :mod:`.throttle`, :mod:`.sustained` (the sustained figure),
 :mod:`.record`, :mod:`.schedule` (what each test is expected to cost, problems handed to workers longest first),
 :mod:`.converters` and :mod:`.percent` (command-line values), :mod:`.files` (JSON read, files written atomically,
-never through a planted link), :mod:`.journal` (each measured case kept on disk as it ends).
+never through a planted link), :mod:`.journal` (each measured case kept on disk as it ends), :mod:`.workload`
+(a model's captured attention calls: the file format) and :mod:`.replay` (its records as the cases
+``--attn-workload`` runs).
 """

@@ -260,7 +260,7 @@ def attn_bench(request: pytest.FixtureRequest, benchmark: Any, attn_device: Devi
     worker = is_worker(config)
     check_only = timing_disabled(config) if worker else benchmark.disabled
     ab = ab_run(config)
-    adhoc_shapes = {v.shape.name for v in session.options.adhoc}
+    given = {v.shape.name: v.shape.source.split(" ")[0] for v in session.options.adhoc}  # --attn-case, -workload
 
     def run(case: AttnCase) -> Record | None:
         backend = session.registry.get(case.backend)
@@ -281,7 +281,8 @@ def attn_bench(request: pytest.FixtureRequest, benchmark: Any, attn_device: Devi
             record, outcome = ab.measure(session, case, label) if ab is not None else \
                 (run_case(case, backend, attn_device, settings, label=label, nvml=session.nvml), None)
         except CaseSkipped as exc:
-            skip_case(request, session, skip_reason(exc, case, case.shape in adhoc_shapes, session.profile))
+            skip_case(request, session, skip_reason(exc, case, case.shape in given, session.profile,
+                                                    given.get(case.shape, "")))
         except CaseFailed as exc:
             failed = str(exc)
         if not failed:

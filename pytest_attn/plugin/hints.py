@@ -46,12 +46,15 @@ def in_this_run(message: str, config: pytest.Config) -> str:
     return message.replace(RERECORD, f"re-record it: {rerecord_command(config)}")
 
 
-def skip_reason(exc: CaseSkipped, case: AttnCase, adhoc: bool, profile: str) -> str:
+def skip_reason(exc: CaseSkipped, case: AttnCase, adhoc: bool, profile: str, given: str = "--attn-case") -> str:
     """Why a case is skipped and what to do, where the run knows better than the engine: a case too long for
-    this CPU came from ``--attn-case`` (give a smaller shape), from the cpu profile (its shapes are the smallest:
-    the CPU is busy), or from a GPU profile (``--attn-profile=cpu``)."""
+    this CPU came from ``--attn-case`` (give a smaller shape) or ``--attn-workload`` (replay it on a GPU), from
+    the cpu profile (its shapes are the smallest: the CPU is busy), or from a GPU profile (``--attn-profile=cpu``)."""
     if not isinstance(exc, TooLongHere):
         return str(exc)
+    if adhoc and given == "--attn-workload":
+        return (f"{exc.what} This record of --attn-workload is too large for a CPU run: replay the workload on a GPU,"
+                " or capture a smaller step (fewer or shorter prompts) for a CPU")
     if adhoc:
         return (f"{exc.what} The shape given with --attn-case is too large for a CPU run: give a smaller one (a call"
                 f" of about {exc.fits_gflop:.2g} GFLOP fits here{_smaller(case, exc.fits_gflop)}), or run it on a GPU")

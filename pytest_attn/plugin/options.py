@@ -19,11 +19,12 @@ from typing import Any, TypeVar
 
 import pytest
 
-from ..core.adhoc import AdhocError, parse_case
+from ..core.adhoc import parse_case
 from ..core.case import DIRECTIONS, DTYPES, canonical_dtype
 from ..core.catalog import PROFILES, Variant
 from ..core.converters import option_value
 from ..core.percent import parse_percent
+from ..core.replay import Replay, replay_file
 from ..engine.ab.spec import ArmSpec, parse_ab
 from ..engine.ab.waits import FLOOR_S
 from ..engine.clocks import LockRequest, parse_lock
@@ -133,13 +134,6 @@ def _shard(text: str) -> tuple[int, int]:
     return int(m[1]), int(m[2])
 
 
-def _adhoc(text: str) -> Variant:
-    try:
-        return parse_case(text)
-    except AdhocError as exc:
-        raise ValueError(str(exc)) from None
-
-
 # ---- the converters, one per option that takes a value --------------------------------------------
 profile = option_value("--attn-profile", _choice("profile", ("auto", *PROFILES),
                                               " (auto: 'default' on a GPU, 'cpu' without)"))
@@ -149,7 +143,8 @@ directions = comma_list(DIRECTIONS, "direction")
 timer = option_value("--attn-timer", _choice("timer", TIMER_KINDS))
 precision = option_value("--attn-precision", lambda t: parse_percent(t, "--attn-precision"))
 min_samples = _number("--attn-min-samples", int, "a whole number", 5, MAX_SAMPLES, "the most samples a case takes")
-adhoc_case = option_value("--attn-case", _adhoc)
+adhoc_case = option_value("--attn-case", parse_case)  # (an AdhocError is a ValueError)
+workload_file = option_value("--attn-workload", replay_file)
 lock_clocks = option_value("--attn-lock-clocks", parse_lock)
 hbm_pattern = option_value("--attn-hbm", _regex)
 inject_slowdown = option_value("--attn-inject-slowdown", lambda t: parse_percent(t, "--attn-inject-slowdown",
@@ -213,6 +208,8 @@ def add_options(parser: pytest.Parser) -> None:
     _add(g, "--attn-case", [], type=adhoc_case, action="append", metavar="SPEC",
          help="an ad-hoc problem, e.g. \"batch=4,seqlen=2048,heads=16,head_dim=128,causal,dtype=bf16\""
               " (repeatable); without --attn-profile only these run, with it they run beside the catalog")
+    _add(g, "--attn-workload", [], type=workload_file, action="append", metavar="FILE",
+         help="replay a captured workload (python -m pytest_attn.capture): each record a case, as --attn-case")
     _add(g, "--attn-speedup-vs", "sdpa-math", metavar="BACKEND",
          help="the back end every result's speedup is measured against on the same problem (default: sdpa-math)")
     _add_measure_options(g)
@@ -351,7 +348,8 @@ class AttnOptions:
     verify: bool = True
     drop_throttled: bool = False
     verify_timing: bool = False
-    adhoc: tuple[Variant, ...] = ()
+    adhoc: tuple[Variant, ...] = ()  # --attn-case's problems, then --attn-workload's
+    workloads: tuple[Replay, ...] = ()
     trace_dir: Path | None = None
     speedup_vs: str = "sdpa-math"
     hbm: re.Pattern[str] | None = None
@@ -375,7 +373,9 @@ class AttnOptions:
             directions=get("attn_directions"), peak_tflops=get("attn_peak_tflops"), timer=get("attn_timer"),
             precision=get("attn_precision"), max_time_s=get("attn_max_time"), min_samples=get("attn_min_samples"),
             verify=not get("attn_no_verify"), drop_throttled=get("attn_drop_throttled"),
-            verify_timing=get("attn_verify_timing"), adhoc=tuple(get("attn_case")), trace_dir=get("attn_trace_dir"),
+            verify_timing=get("attn_verify_timing"), trace_dir=get("attn_trace_dir"),
+            workloads=tuple(get("attn_workload")),
+            adhoc=(*get("attn_case"), *(v for w in get("attn_workload") for _, v in w.variants)),
             speedup_vs=get("attn_speedup_vs"), hbm=get("attn_hbm"), inject_slowdown=get("attn_inject_slowdown"),
             compile_only=get("attn_compile_only"), sustained_s=get("attn_sustained"),
             lock_clocks=get("attn_lock_clocks"), shard=get("attn_shard"), ab=get("attn_ab"),

@@ -113,6 +113,9 @@ class AttnSession:
     def backends(self) -> tuple[str, ...]:
         shapes = [v.shape.name for v in self.options.adhoc]
         twice = sorted({n for n in shapes if shapes.count(n) > 1})
+        loaded = [w.workload.name for w in self.options.workloads]
+        if dup := sorted({n for n in loaded if loaded.count(n) > 1}):
+            raise pytest.UsageError(f"--attn-workload: two workloads are named {', '.join(dup)}: give each once")
         if twice:
             raise pytest.UsageError(f"--attn-case: {', '.join(twice)} is given twice (the same shape, or the same"
                                     " name=); give each problem once, or name them apart with name=")

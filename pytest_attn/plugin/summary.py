@@ -12,6 +12,7 @@ from ..verdicts.layout import wrap
 from ..verdicts.rule import Comparison, Noise, compare
 from ..verdicts.runs import benches, by_name
 from ..verdicts.table import TimeCaps, render, time_lines
+from ..verdicts.workload_view import workload_lines
 from .nothing_selected import why_none_selected
 from .session import (
     ATTENTION_RUN,
@@ -161,6 +162,7 @@ def summary_section(terminalreporter: Any, config: pytest.Config) -> None:
     wall = session.wall.line(measured)
     lines[1:1] = [*session.ceilings.lines(), *session.compiled.lines(), *time_lines(session.results.records),
                   *([wall] if wall else []), *busy_lines(config)]
+    lines.extend(workload_lines(session.options.workloads, session.results.records))
     lines.extend(f"note: {n}" for n in session.results.notes)
     for line in wrap(lines, width):
         terminalreporter.write_line(line)

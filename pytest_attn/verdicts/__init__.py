@@ -17,5 +17,6 @@ Modules: :mod:`.runs`, :mod:`.peers`, :mod:`.table`, :mod:`.layout` (text that f
 file printed as text), :mod:`.fingerprint`, :mod:`.baseline`, :mod:`.stored_numbers`, :mod:`.fleet`,
 :mod:`.verdict` (the verdicts' one vocabulary), :mod:`.rule`, :mod:`.selection`, :mod:`.decision`, :mod:`.reports`
 (the gate's, over :mod:`.render`, which the A/B's share), :mod:`.plots`, the paired A/B's verdicts and reports in
-:mod:`.ab`, :mod:`.merge`, :mod:`.cli` and :mod:`.__main__` (``pytest-attn merge``, ``pytest-attn baseline add``).
+:mod:`.ab`, :mod:`.merge`, :mod:`.cli` and :mod:`.__main__` (``pytest-attn merge``, ``pytest-attn baseline add``), and
+:mod:`.workload_view` (``--attn-workload``: a model step's attention time per back end).
 """
