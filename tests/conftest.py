@@ -83,7 +83,7 @@ def pytest_terminal_summary(terminalreporter, config):
     left = config.stash.get(_E2E_LEFT, 0)
     if left:
         terminalreporter.write_line(f"{left} end-to-end test(s) deselected (real processes: README recipes, A/B arms,"
-                                    f" signals, pytest-xdist); run them with: pytest tests/ -m e2e")
+                                    f" signals, pytest-xdist; transformers); run them with: pytest tests/ -m e2e")
 
 
 def _kept_outside_the_checkout() -> None:

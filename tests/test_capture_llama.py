@@ -1,6 +1,7 @@
 """Capture from real model code: a tiny Llama built from a config by ``transformers`` (random weights, no
 download), a prefill of two prompts then two decode steps through the model's own KV cache, captured and then
-replayed in-process. Skipped where transformers is not installed (the ``dev`` extra installs it)."""
+replayed in-process. Skipped where transformers is not installed (the ``dev`` extra installs it). In the
+end-to-end tier: importing transformers alone costs a worker 3-4 CPU-s (tests/README.md)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,14 @@ from factories import attention_suite
 import pytest_attn
 from pytest_attn.core.workload import load_workload
 
-transformers = pytest.importorskip("transformers", reason="transformers is not installed: pip install -e .[dev]")
+pytestmark = pytest.mark.e2e
 
 LAYERS, PROMPT, STEPS = 2, 7, 2
 
 
 @pytest.fixture(scope="module")
 def llama():
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed: pip install -e .[dev]")
     config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
                                       num_hidden_layers=LAYERS, num_attention_heads=4, num_key_value_heads=2,
                                       max_position_embeddings=64, attn_implementation="sdpa")
