@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..backends.base import Backend, unavailable
+from ..backends.base import Backend, case_refusal, unavailable
 from ..core.case import AttnCase, KvCache, Mask
 from ..core.device import DeviceInfo
 from ..core.masks import prefix_lm, random_block_sparse
@@ -33,7 +33,7 @@ def _refusal(backend: Backend, device: DeviceInfo, **fields: Any) -> str | None:
                                 heads_kv=2, head_dim_qk=32, head_dim_v=32, dtype="bf16" if device.is_cuda else "fp32")
     base.update(fields)
     try:
-        return backend.supports(AttnCase(**base), device)
+        return case_refusal(backend, AttnCase(**base), device)
     except Exception as exc:
         return f"{type(exc).__name__}: {exc}"
 
