@@ -14,6 +14,12 @@ from .strategies import Space
 
 CPU_HEAD_DIMS = (8, 16, 24, 32, 40, 64)
 GPU_HEAD_DIMS = (16, 32, 40, 64, 72, 80, 96, 128, 256)
+#: Unequal (head_dim_qk, head_dim_v) to try: DeepSeek's (192, 128) prefill, and small odd ones on a CPU.
+CPU_DIM_PAIRS = ((24, 16), (40, 8), (192, 128))
+GPU_DIM_PAIRS = ((192, 128), (128, 64))
+#: Absorbed MLA (latent + rope, latent): DeepSeek-V3's (576, 512) on a GPU, its shape in small on a CPU.
+CPU_MLA_DIMS = ((24, 16), (48, 32))
+GPU_MLA_DIMS = ((576, 512),)
 #: A small case standing for each relation of key to query lengths.
 RELATION_PROBES: dict[str, dict[str, Any]] = {
     "self": {"seqlens_q": (8,), "seqlens_k": (8,)},
@@ -90,6 +96,21 @@ def probe_space(
         by_relation=tuple(by_relation.items()),
         cache_slots="serving" in by_relation and _probe(
             backend, device, **{**plain, **RELATION_PROBES["serving"], "cache": KvCache(24, 1, 3)}),
+        **(_forms(backend, device, common) if direction == "fwd" else {}),
+    )
+
+
+def _forms(backend: Backend, device: DeviceInfo, common: dict[str, Any]) -> dict[str, Any]:
+    """The :class:`Space` fields of the forms beyond plain attention that ``backend`` takes (forward only)."""
+    base = {k: v for k, v in common.items() if k not in ("head_dim_qk", "head_dim_v")}
+    pairs = GPU_DIM_PAIRS if device.is_cuda else CPU_DIM_PAIRS
+    mla = GPU_MLA_DIMS if device.is_cuda else CPU_MLA_DIMS
+    return dict(
+        sinks=_probe(backend, device, **common, sinks=True),
+        kv_fp8=common["dtype"] != "fp8" and _probe(backend, device, **common, kv_dtype="fp8"),
+        dim_pairs=tuple(p for p in pairs if _probe(backend, device, **base, head_dim_qk=p[0], head_dim_v=p[1])),
+        mla_dims=tuple(p for p in mla if _probe(backend, device, **base, heads_q=4, heads_kv=1, head_dim_qk=p[0],
+                                                head_dim_v=p[1], latent_kv=True)),
     )
 
 
