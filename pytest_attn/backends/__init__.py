@@ -9,7 +9,8 @@ installed library. Adapters import their library inside methods only, and import
 core and the oracle. A new back end goes here (or in your own package, registered by entry point).
 
 Modules: :mod:`.base` (the interface, the registry), :mod:`.torch_sdpa`, :mod:`.torch_flex`,
-:mod:`.torch_varlen`, :mod:`.torch_padded` (PyTorch), :mod:`.flash_attn` (FA2, FA3, FA4), :mod:`.flashinfer`,
+:mod:`.torch_varlen`, :mod:`.torch_padded` (PyTorch), :mod:`.flash_attn` (FA2, FA3, FA4), :mod:`.fa3` (which FA3
+build, and what it leaves out), :mod:`.flashinfer`,
 :mod:`.flashinfer_paged` and :mod:`.flashinfer_jit` (FlashInfer, its paged calls and its JIT step),
 :mod:`.kvcache` (KV caches as serving engines hold them), :mod:`.upcast` (the oracle's math as a back end),
 :mod:`.registration`, :mod:`.signature`.

@@ -10,7 +10,8 @@ One back end per entry point, so each result says which call it timed -- one sma
   ``flash_attn_with_kvcache`` on a dense cache with the library's split-KV heuristic
   (``num_splits=0``) or without splitting (``num_splits=1``), or on a paged cache (``block_table``,
   pages of 256 keys, shuffled page order as a serving engine leaves them);
-* ``fa3``, ``fa3-varlen``, ``fa4``, ``fa4-varlen`` when those builds are importable;
+* ``fa3``, ``fa3-varlen`` (upstream or the forward-only ``fa3-fwd`` wheel: :mod:`.fa3`), ``fa4``, ``fa4-varlen``
+  when those builds are importable;
 * :class:`Fa4Paged` (``fa4-paged``) -- FA4's KV-cache path: ``flash_attn.cute.flash_attn_varlen_func``
   over a paged cache (``page_table``, ``seqused_k``), one split (``num_splits=1``: FA4 has no split-KV
   on sm90, and its heuristic raises "SplitKV not supported on SM 9.0" where it would split).
@@ -37,6 +38,7 @@ from ..core.case import AttnCase
 from ..core.device import DeviceInfo
 from ..core.layouts import Inputs
 from ..core.masks import flag_form
+from . import fa3
 from .base import ForwardFn, QuietWarning, Unsupported, call_or_unsupported
 from .kvcache import CachedCall, DenseCache, PagedCache, cache_bytes, cache_of, dense_cache, paged_cache, per_request
 from .signature import matched_kwargs
@@ -63,16 +65,17 @@ class Generation:
     #: What the build raises, beyond RuntimeError/ValueError/NotImplementedError, when it refuses a case
     #: at its first call (FA4 checks its arguments with ``assert``)
     refusals: tuple[type[Exception], ...] = ()
+    dim_pairs: tuple[tuple[int, int], ...] = ()  # unequal (head_dim_qk, head_dim_v) it takes
 
 
 FA2 = Generation("fa2", "flash_attn", "flash-attn", "flash-attn", "pip install flash-attn --no-build-isolation", (),
                  ("fp16", "bf16"))
 FA3 = Generation("fa3", "flash_attn_interface", "flash-attn 3 (flash_attn_interface)", "flash-attn-3",
-                 "build it from flash-attention/hopper: cd hopper && python setup.py install", ((9, 0),),
-                 ("fp16", "bf16", "fp8"))
+                 "pip install fa3-fwd (forward only, see docs/install.md), or build flash-attention/hopper", ((9, 0),),
+                 ("fp16", "bf16", "fp8"), dim_pairs=tuple(fa3.HDIM_PAIRS))
 FA4 = Generation("fa4", "flash_attn.cute", "flash-attn 4 (flash_attn.cute)", "flash-attn-4",
                  "pip install flash-attn-4", ((9, 0), (10, 0), (10, 3)), ("fp16", "bf16"), unbounded=None,
-                 head_dim_multiple=8, fuzz_head_dims=(64, 128), refusals=(AssertionError,))
+                 head_dim_multiple=8, fuzz_head_dims=(64, 128), refusals=(AssertionError,), dim_pairs=((192, 128),))
 
 #: The CuTe DSL warns once per kernel it compiles that FA4's ``AuxData`` argument "cannot be converted to a
 #: JitArgument" (dozens per run; FA4 passes it as a compile-time constant on purpose). Not the user's
@@ -131,14 +134,14 @@ class _FlashAttn:
 
     @property
     def distribution(self) -> str | None:
-        return self.gen.distribution
+        return fa3.distribution() if self.gen is FA3 else self.gen.distribution
 
     @property
     def fuzz_head_dims(self) -> tuple[int, ...] | None:
         return self.gen.fuzz_head_dims
 
     def _module(self) -> Any:
-        return importlib.import_module(self.gen.module)
+        return fa3.import_interface() if self.gen is FA3 else importlib.import_module(self.gen.module)
 
     def available(self) -> str | None:
         try:
@@ -163,8 +166,10 @@ class _FlashAttn:
                 return f"{label} runs on {wanted} only; this GPU is sm{cc[0]}{cc[1]}"
             if not self.gen.archs and cc < (8, 0):
                 return f"{label} needs sm80 or newer; this GPU is sm{cc[0]}{cc[1]}"
-        if case.head_dim_qk != case.head_dim_v:
-            return f"{label} needs the same head dim for q/k and v (got {case.head_dim_qk}/{case.head_dim_v})"
+        pair = (case.head_dim_qk, case.head_dim_v)
+        if pair[0] != pair[1] and pair not in self.gen.dim_pairs:
+            takes = f" or {', '.join(map(str, self.gen.dim_pairs))}" if self.gen.dim_pairs else ""
+            return f"{label} needs the same head dim for q/k and v{takes} (got {pair[0]}/{pair[1]})"
         if case.head_dim_qk > 256:
             return f"{label} takes head dims up to 256 (got {case.head_dim_qk})"
         if case.head_dim_qk % self.gen.head_dim_multiple:
@@ -172,7 +177,8 @@ class _FlashAttn:
         if flag_form(case) is None:
             return (f"{label} takes causal and sliding-window flags only; the custom mask {case.mask.id!r}"
                     " has no flash-attn form (FlashInfer and flex take custom masks)")
-        return self._refuses(case)
+        built = fa3.build_refusal(case, self.layout == "thd") if self.gen is FA3 else None
+        return built or self._refuses(case)
 
     def _refuses(self, case: AttnCase) -> str | None:
         """What this entry point refuses beyond the shared rules."""
