@@ -71,7 +71,7 @@ class Generation:
 FA2 = Generation("fa2", "flash_attn", "flash-attn", "flash-attn", "pip install flash-attn --no-build-isolation", (),
                  ("fp16", "bf16"))
 FA3 = Generation("fa3", "flash_attn_interface", "flash-attn 3 (flash_attn_interface)", "flash-attn-3",
-                 "pip install fa3-fwd (forward only, see docs/install.md), or build flash-attention/hopper", ((9, 0),),
+                 "pip install fa3-fwd (its forward only), or build it from flash-attention/hopper", ((9, 0),),
                  ("fp16", "bf16", "fp8"), dim_pairs=tuple(fa3.HDIM_PAIRS))
 FA4 = Generation("fa4", "flash_attn.cute", "flash-attn 4 (flash_attn.cute)", "flash-attn-4",
                  "pip install flash-attn-4", ((9, 0), (10, 0), (10, 3)), ("fp16", "bf16"), unbounded=None,
