@@ -61,3 +61,15 @@ def test_every_shape_has_a_source_and_no_baselined_profile_holds_one():
         text = baseline.read_text()
         assert not any(f"-{name}-" in text for name in names), baseline
         json.loads(text)  # a real file, read whole
+
+
+def test_the_summary_names_flashmlas_convention_only_where_a_latent_case_ran():
+    from factories import H200, record
+
+    from pytest_attn.core.case import AttnCase
+    from pytest_attn.verdicts.table import render
+
+    mla = AttnCase.mla(backend="flashinfer-mla", shape="dsv3", batch=64, seqlen_k=4096)
+    with_mla = "\n".join(render([record("flashinfer-mla", 130e-6, case=mla)], H200))
+    assert "latent (MLA) cases: FlashMLA's convention" in with_mla
+    assert "FlashMLA" not in "\n".join(render([record("fa3", 1e-3)], H200))
