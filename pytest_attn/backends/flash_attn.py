@@ -22,10 +22,9 @@ Masks are flags: none, bottom-right causal, sliding window. A custom mask has no
 FA2 and FA3 spell an unbounded window side ``-1``; FA4 spells it ``None`` and takes a single ``-1``
 literally (``window_size=(0, -1)`` there means "no key to the right, not even the diagonal": every
 row sees nothing), so each generation gets its own spelling (:attr:`Generation.unbounded`).
-Arguments are passed by keyword after checking the installed signature (FA3 dropped ``dropout_p``,
-so positions differ between builds). A build that lacks a head dim (the wheel in
-``shared/gpu-wheels`` has dims <= 64 and 128 only) refuses at the first call: that refusal, in the
-library's words, is the skip reason.
+Arguments are passed by keyword after checking the installed signature (FA3 dropped ``dropout_p``).
+A build that lacks a head dim refuses at the first call: that refusal, in its words, is the skip reason.
+FA4 takes sinks (``learnable_sink``); FA3 and FA4 take DeepSeek's (192, 128) head dims.
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ from ..core.layouts import Inputs
 from ..core.masks import flag_form
 from . import fa3
 from .base import ForwardFn, QuietWarning, Unsupported, call_or_unsupported
-from .kvcache import CachedCall, DenseCache, PagedCache, cache_bytes, cache_of, dense_cache, paged_cache, per_request
+from .kvcache import CachedCall, DenseCache, PagedCache, cache_bytes, cache_of, dense_cache, new_tokens, paged_cache
 from .signature import matched_kwargs
 
 PAGE = 256  # flash-attn's paged KV cache needs page_block_size to be a multiple of 256
@@ -66,6 +65,7 @@ class Generation:
     #: at its first call (FA4 checks its arguments with ``assert``)
     refusals: tuple[type[Exception], ...] = ()
     dim_pairs: tuple[tuple[int, int], ...] = ()  # unequal (head_dim_qk, head_dim_v) it takes
+    forms: tuple[str, ...] = ()  # of pytest_attn.core.forms.FORMS: FA4 takes sinks (learnable_sink)
 
 
 FA2 = Generation("fa2", "flash_attn", "flash-attn", "flash-attn", "pip install flash-attn --no-build-isolation", (),
@@ -75,7 +75,8 @@ FA3 = Generation("fa3", "flash_attn_interface", "flash-attn 3 (flash_attn_interf
                  ("fp16", "bf16", "fp8"), dim_pairs=tuple(fa3.HDIM_PAIRS))
 FA4 = Generation("fa4", "flash_attn.cute", "flash-attn 4 (flash_attn.cute)", "flash-attn-4",
                  "pip install flash-attn-4", ((9, 0), (10, 0), (10, 3)), ("fp16", "bf16"), unbounded=None,
-                 head_dim_multiple=8, fuzz_head_dims=(64, 128), refusals=(AssertionError,), dim_pairs=((192, 128),))
+                 head_dim_multiple=8, fuzz_head_dims=(64, 128), refusals=(AssertionError,), dim_pairs=((192, 128),),
+                 forms=("sinks",))
 
 #: The CuTe DSL warns once per kernel it compiles that FA4's ``AuxData`` argument "cannot be converted to a
 #: JitArgument" (dozens per run; FA4 passes it as a compile-time constant on purpose). Not the user's
@@ -109,6 +110,11 @@ def mask_kwargs(case: AttnCase, unbounded: int | None = -1) -> dict[str, Any]:
     return {"window_size": tuple(unbounded if side == -1 else side for side in flags)}
 
 
+def sink_kwargs(inputs: Inputs) -> dict[str, Any]:
+    """FA4's ``learnable_sink=``: a logit per query head in bf16, as it asserts (the inputs' are exact in bf16)."""
+    return {} if inputs.sinks is None else {"learnable_sink": inputs.sinks.to(inputs.q.device).bfloat16()}
+
+
 @dataclass(frozen=True)
 class _FlashAttn:
     """What every flash-attn entry point shares: availability, what it refuses, the mask as flags."""
@@ -139,6 +145,10 @@ class _FlashAttn:
     @property
     def fuzz_head_dims(self) -> tuple[int, ...] | None:
         return self.gen.fuzz_head_dims
+
+    @property
+    def forms(self) -> tuple[str, ...]:
+        return self.gen.forms
 
     def _module(self) -> Any:
         return fa3.import_interface() if self.gen is FA3 else importlib.import_module(self.gen.module)
@@ -214,8 +224,8 @@ class _FlashAttn:
     def prepare(self, case: AttnCase, inputs: Inputs) -> ForwardFn:
         fn = getattr(self._module(), self.function)
         args, wanted = self._arguments(case, inputs)
-        kwargs = matched_kwargs(fn, {"softmax_scale": case.scale, **mask_kwargs(case, self.gen.unbounded), **wanted},
-                                droppable=FLAG_DEFAULTS)
+        kwargs = matched_kwargs(fn, {"softmax_scale": case.scale, **mask_kwargs(case, self.gen.unbounded), **wanted,
+                                     **sink_kwargs(inputs)}, droppable=FLAG_DEFAULTS)
 
         def forward() -> Any:
             out = fn(*args, **kwargs)
@@ -304,7 +314,7 @@ class FlashAttnKvcache(_FlashAttn):
             cache = dense_cache(case, inputs.k, inputs.v)
             cached = cache.cached
             wanted = {"cache_batch_idx": cache.batch_idx} if cache.batch_idx is not None else {}
-        new = _new_tokens(case, inputs)
+        new = new_tokens(case, inputs)
         if new is not None:
             wanted.update(k=new[0], v=new[1])
         wanted.update(cache_seqlens=cached, num_splits=self.num_splits)
@@ -377,19 +387,10 @@ class Fa4Paged(_FlashAttn):
         cache = paged_cache(case, inputs.k, inputs.v, self.page)
         used = torch.tensor(case.seqlens_k, dtype=torch.int32, device=q.device)
         kwargs = matched_kwargs(fn, {"softmax_scale": case.scale, **mask_kwargs(case, self.gen.unbounded),
-                                     "page_table": cache.table, "seqused_k": used, "num_splits": 1},
+                                     "page_table": cache.table, "seqused_k": used, "num_splits": 1,
+                                     **sink_kwargs(inputs)},
                                 droppable=FLAG_DEFAULTS)
         return _cache_call(self, fn, q, kwargs, cache)
-
-
-def _new_tokens(case: AttnCase, inputs: Inputs) -> tuple[Any, Any] | None:
-    """The appended keys and values as ``(batch, append, heads_kv, d)``: each request's last packed keys."""
-    import torch
-
-    append = case.cache.append if case.cache is not None else 0
-    if not append:
-        return None
-    return tuple(torch.stack([p[-append:] for p in per_request(case, t)]) for t in (inputs.k, inputs.v))  # type: ignore[return-value]
 
 
 FLASH_ATTN_BACKENDS: tuple[_FlashAttn, ...] = (

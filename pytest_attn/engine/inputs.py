@@ -81,7 +81,9 @@ def make_inputs(
     packed = [(case.total_q, hq, dqk), (case.total_k, hk, dqk), (case.total_k, hk, dv), (case.total_q, hq, dv)]
     drawn = [_randn(s, case, device, gen) for s in packed[: 4 if case.direction == "fwd+bwd" else 3]]
     # The forms draw after the plain tensors, so a plain case's values do not move.
-    sinks = torch.randn(hq, generator=gen, device=device, dtype=torch.float32) if case.sinks else None
+    sinks = None
+    if case.sinks:  # fp32 logits that bf16 holds exactly: FA4 takes them in bf16, FlashInfer in fp32, alike
+        sinks = torch.randn(hq, generator=gen, device=device, dtype=torch.float32).to(torch.bfloat16).float()
     scales = (1.0, 1.0)
     if case.kv_dtype == "fp8":
         (drawn[1], k_scale), (drawn[2], v_scale) = (_quantised(drawn[i].float()) for i in (1, 2))
