@@ -347,6 +347,6 @@ def profile_variants(profile: str, kind: str = "all") -> list[Variant]:
     if kind == "masks":
         if profile not in PROFILES:
             raise ValueError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
-        return [] if profile == "sustained" else _mask_variants(profile)
+        return [] if profile in ("sustained", "models-2026") else _mask_variants(profile)
     variants = _profile_variants(profile)
     return variants if kind == "all" else [v for v in variants if v.shape.kind == kind]
