@@ -17,8 +17,8 @@ torch = pytest.importorskip("torch")
 
 from pytest_attn.backends import fa3  # noqa: E402
 from pytest_attn.backends.base import refusal, unavailable  # noqa: E402
-from pytest_attn.backends.flash_attn import FA3, FlashAttnFunc, FlashAttnVarlen  # noqa: E402
-from pytest_attn.core.case import AttnCase, Mask  # noqa: E402
+from pytest_attn.backends.flash_attn import FA3, FlashAttnFunc, FlashAttnKvcache, FlashAttnVarlen  # noqa: E402
+from pytest_attn.core.case import AttnCase, KvCache, Mask  # noqa: E402
 from pytest_attn.fuzz.example import run_example  # noqa: E402
 from pytest_attn.oracle.reference import attention_rows  # noqa: E402
 
@@ -61,8 +61,28 @@ def _interface(name, calls, case_of):
         return torch.cat([_attend(q[cq[b]:cq[b + 1]], k[ck[b]:ck[b + 1]], v[ck[b]:ck[b + 1]], softmax_scale, causal,
                                   case) for b in range(len(cq) - 1)]), None
 
+    def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary_cos=None, rotary_sin=None,
+                                cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, page_table=None,
+                                cu_seqlens_q=None, cu_seqlens_k_new=None, max_seqlen_q=None, rotary_seqlens=None,
+                                q_descale=None, k_descale=None, v_descale=None, softmax_scale=None, causal=False,
+                                window_size=(-1, -1), attention_chunk=0, softcap=0.0, rotary_interleaved=True,
+                                scheduler_metadata=None, num_splits=0, pack_gqa=None, sm_margin=0,
+                                return_softmax_lse=False):
+        """FA3's dense-cache call: new keys written at cache_seqlens in the row cache_batch_idx names, then
+        attention over each request's keys (causal bottom-right)."""
+        calls.append({"module": name, "kvcache": True, "num_splits": num_splits, "append": k is not None})
+        outs, case = [], case_of()
+        for i, n in enumerate(cache_seqlens.tolist()):
+            row = int(cache_batch_idx[i]) if cache_batch_idx is not None else i
+            if k is not None:
+                k_cache[row, n : n + k.shape[1]], v_cache[row, n : n + k.shape[1]] = k[i], v[i]
+                n += k.shape[1]
+            outs.append(_attend(q[i], k_cache[row, :n], v_cache[row, :n], softmax_scale, causal, case))
+        return torch.stack(outs)
+
     return types.SimpleNamespace(__name__=name, flash_attn_func=flash_attn_func,
-                                 flash_attn_varlen_func=flash_attn_varlen_func)
+                                 flash_attn_varlen_func=flash_attn_varlen_func,
+                                 flash_attn_with_kvcache=flash_attn_with_kvcache)
 
 
 class Installed:
@@ -179,3 +199,17 @@ def test_the_distribution_is_the_wheel_that_is_installed(monkeypatch):
     assert FlashAttnFunc(FA3).distribution == "fa3-fwd"
     monkeypatch.setattr(metadata, "version", lambda dist: "3.0.0")
     assert FlashAttnFunc(FA3).distribution == "flash-attn-3"
+
+
+@pytest.mark.parametrize("cache", [None, KvCache(40, 1, 5)], ids=["full-caches", "append-shuffled-rows"])
+def test_the_wheels_dense_kv_cache_call_is_fa3_kvcache(installed, cache):
+    installed.install("fwd", FWD_ONLY)
+    backend = FlashAttnKvcache(FA3)
+    assert backend.name == "fa3-kvcache" and backend.available() is None
+    c = _case("fa3-kvcache", dtype="fp32", seqlens_q=(1, 1, 1), seqlens_k=(9, 33, 2), cache=cache)
+    installed.case = c
+    check = run_example(c, backend, CPU, seed=4)  # the cache it leaves behind is checked too
+    assert check.ok, check.describe(c)
+    assert installed.calls[-1] == {"module": "fa3_fwd_interface", "kvcache": True, "num_splits": 0,
+                                   "append": cache is not None}
+    assert refusal(backend, dataclasses.replace(c, dtype="bf16"), H100) is None

@@ -21,7 +21,8 @@ def test_builtin_registry():
     assert reg.names() == [
         "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "sdpa-math", "sdpa-efficient-mask", "flex", "varlen",
         "sdpa-loop", "sdpa-padded", "flash-attn", "flash-attn-varlen", "flash-attn-kvcache",
-        "flash-attn-kvcache-split1", "flash-attn-paged", "fa3", "fa3-varlen", "fa4", "fa4-varlen", "fa4-paged",
+        "flash-attn-kvcache-split1", "flash-attn-paged", "fa3", "fa3-varlen", "fa3-kvcache", "fa4", "fa4-varlen",
+        "fa4-paged",
         "flashinfer-single", "flashinfer-ragged", "flashinfer-paged", "flashinfer-decode-p16", "flashinfer-decode-p256",
         "flashinfer-decode-tc-p16", "flashinfer-custom", "flashinfer-packed", "flashinfer-bsr", "reference",
     ]

@@ -10,8 +10,8 @@ One back end per entry point, so each result says which call it timed -- one sma
   ``flash_attn_with_kvcache`` on a dense cache with the library's split-KV heuristic
   (``num_splits=0``) or without splitting (``num_splits=1``), or on a paged cache (``block_table``,
   pages of 256 keys, shuffled page order as a serving engine leaves them);
-* ``fa3``, ``fa3-varlen`` (upstream or the forward-only ``fa3-fwd`` wheel: :mod:`.fa3`), ``fa4``, ``fa4-varlen``
-  when those builds are importable;
+* ``fa3``, ``fa3-varlen``, ``fa3-kvcache`` (dense cache; upstream or the forward-only ``fa3-fwd`` wheel:
+  :mod:`.fa3`), ``fa4``, ``fa4-varlen`` when those builds are importable;
 * :class:`Fa4Paged` (``fa4-paged``) -- FA4's KV-cache path: ``flash_attn.cute.flash_attn_varlen_func``
   over a paged cache (``page_table``, ``seqused_k``), one split (``num_splits=1``: FA4 has no split-KV
   on sm90, and its heuristic raises "SplitKV not supported on SM 9.0" where it would split).
@@ -187,7 +187,7 @@ class _FlashAttn:
         if flag_form(case) is None:
             return (f"{label} takes causal and sliding-window flags only; the custom mask {case.mask.id!r}"
                     " has no flash-attn form (FlashInfer and flex take custom masks)")
-        built = fa3.build_refusal(case, self.layout == "thd") if self.gen is FA3 else None
+        built = fa3.build_refusal(case, isinstance(self, FlashAttnVarlen)) if self.gen is FA3 else None
         return built or self._refuses(case)
 
     def _refuses(self, case: AttnCase) -> str | None:
@@ -395,6 +395,6 @@ class Fa4Paged(_FlashAttn):
 
 FLASH_ATTN_BACKENDS: tuple[_FlashAttn, ...] = (
     FlashAttnFunc(), FlashAttnVarlen(), FlashAttnKvcache(), FlashAttnKvcache(num_splits=1),
-    FlashAttnKvcache(paged=True),
-    FlashAttnFunc(FA3), FlashAttnVarlen(FA3), FlashAttnFunc(FA4), FlashAttnVarlen(FA4), Fa4Paged(),
+    FlashAttnKvcache(paged=True), FlashAttnFunc(FA3), FlashAttnVarlen(FA3), FlashAttnKvcache(FA3),
+    FlashAttnFunc(FA4), FlashAttnVarlen(FA4), Fa4Paged(),
 )
