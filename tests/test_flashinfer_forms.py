@@ -101,3 +101,50 @@ def test_flashinfer_paged_takes_the_forms_and_says_what_it_does_not():
     latent = dataclasses.replace(_case(), heads_kv=1, head_dim_qk=576, head_dim_v=512, latent_kv=True)
     assert "FlashInfer's kernels are built for head dims 64, 128, 256 (got 576/512)" in refusal(decode, latent, H100) \
         or refusal(decode, latent, H100).startswith("FlashInfer is not installed")
+
+
+class Ragged:
+    """``BatchPrefillWithRaggedKVCacheWrapper`` as 0.7.2 takes it: ``plan(qo_indptr, kv_indptr, num_qo_heads,
+    num_kv_heads, head_dim_qk, head_dim_vo=None, ...)``; it checks v's width against what it was planned for."""
+
+    planned: ClassVar[dict] = {}
+
+    def __init__(self, workspace, kv_layout="NHD"):
+        pass
+
+    def plan(self, qo_indptr, kv_indptr, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo=None,
+             custom_mask=None, packed_custom_mask=None, causal=False, pos_encoding_mode="NONE",
+             use_fp16_qk_reduction=False, window_left=-1, logits_soft_cap=None, sm_scale=None, rope_scale=None,
+             rope_theta=None, q_data_type="float16", kv_data_type=None, o_data_type=None):
+        Ragged.planned.update(qo=qo_indptr.tolist(), kv=kv_indptr.tolist(), dv=head_dim_vo or head_dim_qk,
+                              causal=causal, scale=sm_scale)
+
+    def run(self, q, k, v):
+        p = Ragged.planned
+        assert v.shape[-1] == p["dv"], "v is as wide as plan() was told"
+        outs = []
+        for b in range(len(p["qo"]) - 1):
+            qs, ks = slice(p["qo"][b], p["qo"][b + 1]), slice(p["kv"][b], p["kv"][b + 1])
+            one = AttnCase(backend="fake", shape="fake", seqlens_q=(qs.stop - qs.start,),
+                           seqlens_k=(ks.stop - ks.start,), heads_q=q.shape[1], heads_kv=k.shape[1],
+                           head_dim_qk=q.shape[2], head_dim_v=v.shape[2], dtype="fp32", softmax_scale=p["scale"],
+                           mask=Mask.causal() if p["causal"] else Mask.none())
+            outs.append(attention_rows(q[qs], k[ks], v[ks], one, None, torch.float64).to(q.dtype))
+        return torch.cat(outs)
+
+
+def test_ragged_prefill_takes_deepseeks_192_128_through_head_dim_vo(monkeypatch):
+    from pytest_attn.backends.flashinfer import FlashInferRagged
+
+    monkeypatch.setitem(sys.modules, "flashinfer", types.SimpleNamespace(BatchPrefillWithRaggedKVCacheWrapper=Ragged))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    backend = FlashInferRagged()
+    case = AttnCase(backend=backend.name, shape="fuzz", seqlens_q=(5, 9), seqlens_k=(5, 9), heads_q=4, heads_kv=2,
+                    head_dim_qk=192, head_dim_v=128, dtype="bf16", mask=Mask.causal())
+    assert backend.supports(case, H100) is None
+    check = run_example(case, backend, CPU, seed=3)
+    assert check.ok, check.describe(case)
+    assert Ragged.planned["dv"] == 128
+    other = dataclasses.replace(case, head_dim_qk=128, head_dim_v=64)
+    assert backend.supports(other, H100) == ("FlashInfer's kernels are built for head dims 64, 128, 256, and"
+                                             " (192, 128) here (got 128/64)")
