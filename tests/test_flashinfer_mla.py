@@ -106,3 +106,12 @@ def test_flashinfer_mla_runs_latent_cases_only_and_says_why_not():
     assert "writes nothing into it" in mla.supports(appends, H100)
     assert case_refusal(mla, _case(sinks=True), H100).startswith("flashinfer-mla takes no attention sinks")
     assert "flashinfer-mla" in builtin_registry().names() and mla.only_suites == ("decode",)
+
+
+def test_the_fuzzer_draws_deepseeks_latent_cases_for_it(flashinfer):
+    from pytest_attn.fuzz.space import probe_space
+
+    space = probe_space(FlashInferMla(), H100, "fwd")
+    assert not isinstance(space, str), space
+    assert space.latent_only and space.mla_dims == ((576, 512),) and space.dtypes == ("fp16", "bf16")
+    assert dict(space.by_relation) == {"decode": ("none", "causal")} and space.ragged

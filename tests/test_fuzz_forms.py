@@ -156,3 +156,20 @@ def test_a_fault_shrinks_to_a_small_case_of_its_form(fault):
     report = str(info.value).splitlines()[0]
     assert SHRUNK[fault] in report
     assert report.startswith("planted gives a wrong result on 1 x sq=1 sk=")  # one sequence, one query
+
+
+class MlaOnly(Planted):
+    """An MLA kernel (as FlashMLA or FlashInfer's MLA wrapper): latent cases only."""
+
+    def supports(self, case, device):
+        return None if case.latent_kv else "an MLA kernel: latent cases only"
+
+
+def test_an_mla_only_kernel_is_fuzzed_on_latent_cases_and_its_dropped_rope_found():
+    fuzzer = Fuzzer(Registry([MlaOnly("none")]), CPU, dtypes=("fp32",))
+    space = fuzzer.space("planted", "fwd")
+    assert isinstance(space, Space) and space.latent_only and space.mla_dims == ((24, 16), (48, 32))
+    fuzz_planted(fuzzer)
+    assert fuzzer.reach[("planted", "fwd")].ran["decode"] > 0
+    with pytest.raises(AssertionError, match="planted gives a wrong result"):
+        fuzz_planted(Fuzzer(Registry([MlaOnly("rope_dropped")]), CPU, dtypes=("fp32",)))

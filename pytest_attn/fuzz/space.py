@@ -58,9 +58,9 @@ def probe_space(
 ) -> Space | str:
     """What ``backend`` takes, found by asking its ``supports()`` about small probe cases; or why it
     cannot be fuzzed here."""
-    why = unavailable(backend, device, direction)
-    if why:
-        return why
+    early = unavailable(backend, device, direction) or _latent_only(backend, device, dtypes)  # or an MLA kernel
+    if early:
+        return early
     shape = _decode_only(backend, device)
     dt_candidates = dtypes or (("fp16", "bf16", "fp32") if device.is_cuda else ("fp32", "bf16"))
     ok_dtypes = tuple(d for d in dt_candidates if _probe(backend, device, dtype=d, head_dim_qk=64, head_dim_v=64,
@@ -112,6 +112,30 @@ def _forms(backend: Backend, device: DeviceInfo, common: dict[str, Any]) -> dict
         mla_dims=tuple(p for p in mla if _probe(backend, device, **base, heads_q=4, heads_kv=1, head_dim_qk=p[0],
                                                 head_dim_v=p[1], latent_kv=True)),
     )
+
+
+def _latent_only(backend: Backend, device: DeviceInfo, given: tuple[str, ...] | None) -> Space | None:
+    """The space of an MLA kernel -- one that refuses a plain decode probe and takes a latent one (one latent KV
+    head, the MLA dims of this device, decode lengths, no mask or causal) -- else None."""
+    dtypes = given or (("fp16", "bf16") if device.is_cuda else ("fp32", "bf16"))
+    decode = {"seqlens_q": (1,), "seqlens_k": (8,), "heads_q": 4, "heads_kv": 1}
+    if _probe(backend, device, **decode, head_dim_qk=64, head_dim_v=64, dtype=dtypes[0]):
+        return None
+    dims = GPU_MLA_DIMS if device.is_cuda else CPU_MLA_DIMS
+
+    def takes(dtype: str, pair: tuple[int, int], **more: Any) -> bool:
+        return _probe(backend, device, **{**decode, **more}, head_dim_qk=pair[0], head_dim_v=pair[1], dtype=dtype,
+                      latent_kv=True, softmax_scale=None)
+
+    ok_dims = tuple(p for p in dims if any(takes(dt, p) for dt in dtypes))
+    if not ok_dims:
+        return None
+    ok_dtypes = tuple(dt for dt in dtypes if takes(dt, ok_dims[0]))
+    kinds = tuple(k for k in ("none", "causal") if takes(ok_dtypes[0], ok_dims[0], mask=MASKS[k]))
+    ragged = takes(ok_dtypes[0], ok_dims[0], seqlens_q=(1, 1), seqlens_k=(3, 8))
+    return Space(dtypes=ok_dtypes, head_dims=(ok_dims[0][1],), mask_kinds=kinds or ("none",), ragged=ragged, gqa=False,
+                 cross=True, q_longer=False, max_len=300 if device.is_cuda else 129, long=device.is_cuda,
+                 by_relation=(("decode", kinds or ("none",)),), mla_dims=ok_dims, latent_only=True)
 
 
 def _head_dims(backend: Backend, device: DeviceInfo, given: tuple[int, ...] | None) -> tuple[int, ...]:

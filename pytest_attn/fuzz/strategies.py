@@ -182,6 +182,7 @@ class Space:
     kv_fp8: bool = False  # an fp8 KV cache with per-tensor scales
     dim_pairs: tuple[tuple[int, int], ...] = ()  # unequal (head_dim_qk, head_dim_v), e.g. DeepSeek's (192, 128)
     mla_dims: tuple[tuple[int, int], ...] = ()  # absorbed MLA (latent + rope, latent), one latent KV head
+    latent_only: bool = False  # an MLA kernel (FlashMLA, FlashInfer's MLA): every case drawn is latent
 
     def __post_init__(self) -> None:
         _check_subset("dtypes", self.dtypes, DTYPES)
@@ -238,7 +239,7 @@ def attn_cases(
         sk = tuple(max(q, k) for q, k in zip(sq, sk, strict=True))
     hq, hkv = draw(head_layouts(gqa=space.gqa))
     forward = direction == "fwd"
-    latent = forward and bool(space.mla_dims) and draw(st.booleans())
+    latent = forward and bool(space.mla_dims) and (space.latent_only or draw(st.booleans()))
     if latent:  # many query heads over one latent KV head
         hq, hkv = draw(st.integers(1, 16)), 1
         d, dv = draw(st.sampled_from(space.mla_dims))
