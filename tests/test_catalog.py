@@ -29,7 +29,7 @@ def test_profiles():
     assert all(v.direction == "fwd" for v in full if v.shape.decode)
     cpu = profile_variants("cpu")
     assert all(v.shape.seqlen_q * v.shape.seqlen_k <= 128 * 256 for v in cpu)
-    assert set(PROFILES) == {"smoke", "default", "full", "cpu", "sustained"}
+    assert set(PROFILES) == {"smoke", "default", "full", "cpu", "sustained", "models-2026"}
     with pytest.raises(ValueError, match="unknown profile 'huge'"):
         profile_variants("huge")
     with pytest.raises(ValueError, match="unknown suite kind 'x'; choose one of prefill, decode, varlen, masks"):

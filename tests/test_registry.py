@@ -21,9 +21,11 @@ def test_builtin_registry():
     assert reg.names() == [
         "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "sdpa-math", "sdpa-efficient-mask", "flex", "varlen",
         "sdpa-loop", "sdpa-padded", "flash-attn", "flash-attn-varlen", "flash-attn-kvcache",
-        "flash-attn-kvcache-split1", "flash-attn-paged", "fa3", "fa3-varlen", "fa4", "fa4-varlen", "fa4-paged",
+        "flash-attn-kvcache-split1", "flash-attn-paged", "fa3", "fa3-varlen", "fa3-kvcache", "fa4", "fa4-varlen",
+        "fa4-paged",
         "flashinfer-single", "flashinfer-ragged", "flashinfer-paged", "flashinfer-decode-p16", "flashinfer-decode-p256",
-        "flashinfer-decode-tc-p16", "flashinfer-custom", "flashinfer-packed", "flashinfer-bsr", "reference",
+        "flashinfer-decode-tc-p16", "flashinfer-mla", "flashinfer-custom", "flashinfer-packed", "flashinfer-bsr",
+        "reference",
     ]
     assert "reference" not in reg.default_names()
     with pytest.raises(RegistryError, match="unknown back end 'fa9'; known: sdpa-flash"):

@@ -9,8 +9,10 @@ installed library. Adapters import their library inside methods only, and import
 core and the oracle. A new back end goes here (or in your own package, registered by entry point).
 
 Modules: :mod:`.base` (the interface, the registry), :mod:`.torch_sdpa`, :mod:`.torch_flex`,
-:mod:`.torch_varlen`, :mod:`.torch_padded` (PyTorch), :mod:`.flash_attn` (FA2, FA3, FA4), :mod:`.flashinfer`,
-:mod:`.flashinfer_paged` and :mod:`.flashinfer_jit` (FlashInfer, its paged calls and its JIT step),
+:mod:`.torch_varlen`, :mod:`.torch_padded` (PyTorch), :mod:`.flash_attn` (FA2, FA3, FA4), :mod:`.fa3` (which FA3
+build, and what it leaves out), :mod:`.flashinfer`,
+:mod:`.flashinfer_paged`, :mod:`.flashinfer_mla` and :mod:`.flashinfer_jit` (FlashInfer, its paged calls, its
+absorbed-MLA decode and its JIT step),
 :mod:`.kvcache` (KV caches as serving engines hold them), :mod:`.upcast` (the oracle's math as a back end),
 :mod:`.registration`, :mod:`.signature`.
 """
@@ -23,6 +25,7 @@ from typing import Any
 from .base import Backend, QuietWarning, Registry, RegistryError, Unsupported, refusal
 from .flash_attn import FA4_QUIET, FLASH_ATTN_BACKENDS
 from .flashinfer import PREFILL_BACKENDS
+from .flashinfer_mla import MLA_BACKENDS
 from .flashinfer_paged import PAGED_BACKENDS
 from .registration import installed_versions, register_entry_points, register_from_file, register_from_hooks
 from .torch_flex import FlexBackend
@@ -45,7 +48,7 @@ def builtin_registry() -> Registry:
     """A fresh registry holding the built-in back ends (library ones skip where not installed)."""
     return Registry([*SDPA_BACKENDS, FlexBackend(), VarlenBackend(), SdpaLoopBackend(), SdpaPaddedBackend(),
                      *FLASH_ATTN_BACKENDS,
-                     *PREFILL_BACKENDS[:2], *PAGED_BACKENDS, *PREFILL_BACKENDS[2:],
+                     *PREFILL_BACKENDS[:2], *PAGED_BACKENDS, *MLA_BACKENDS, *PREFILL_BACKENDS[2:],
                      ReferenceBackend()])
 
 

@@ -10,7 +10,11 @@ A back end answers three questions and builds one callable:
   When the library itself refuses the case at call time, raise :class:`Unsupported` with its
   words; the case is skipped with them.
 
-Optional attributes: ``distribution`` (the Python distribution whose code it measures, as pip names it:
+Optional attributes: ``forms`` (the forms of :data:`~pytest_attn.core.case.FORMS` it takes beyond plain
+attention: ``"sinks"``, ``"fp8-kv"``; a case using another is refused for it, in :func:`case_refusal`'s
+words, whatever its ``supports`` says -- so a back end written before a form existed is never run on it;
+``"latent-kv"`` is taken by every back end, whose ``v`` input is then the key's first ``head_dim_v``
+columns), ``distribution`` (the Python distribution whose code it measures, as pip names it:
 "flash-attn", "my-kernels"; its installed version goes into baseline fingerprints and A/B reports; None or
 absent for PyTorch's own calls, whose torch version is recorded anyway), ``only_suites`` (the suite kinds it
 takes part in; all when absent),
@@ -32,7 +36,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ..core.case import AttnCase
+from ..core.case import FORMS, AttnCase
 from ..core.device import DeviceInfo
 from ..core.layouts import LAYOUTS, Inputs
 
@@ -202,10 +206,34 @@ def unavailable(backend: Backend, device: DeviceInfo, direction: str = "fwd") ->
     return None
 
 
+#: Each form of :data:`~pytest_attn.core.case.FORMS` in a refusal's words.
+FORM_WORDS: dict[str, str] = {
+    "sinks": "attention sinks (a learnable sink logit per query head in the softmax denominator)",
+    "latent-kv": "absorbed MLA (values that are the key's first head_dim_v columns)",
+    "fp8-kv": "fp8 (e4m3) KV cache with a per-tensor scale",
+}
+assert set(FORM_WORDS) == set(FORMS)
+#: Forms every back end takes: its ``v`` input already holds what the form means.
+FORMS_ALWAYS: tuple[str, ...] = ("latent-kv",)
+
+
+def case_refusal(backend: Backend, case: AttnCase, device: DeviceInfo) -> str | None:
+    """``backend.supports(case, device)``, then a form of the case the back end does not list in its ``forms``."""
+    why = backend.supports(case, device)
+    if why:
+        return why
+    taken = (*getattr(backend, "forms", ()), *FORMS_ALWAYS)
+    missing = [f for f in case.forms if f not in taken]
+    if missing:
+        return (f"{backend.name} takes no {' and no '.join(FORM_WORDS[f] for f in missing)}: it does not list"
+                f" {', '.join(repr(f) for f in missing)} in its forms")
+    return None
+
+
 def refusal(backend: Backend, case: AttnCase, device: DeviceInfo) -> str | None:
     """Why ``backend`` cannot run ``case`` on ``device``, or None: the one answer to "can this back end
     run here", for the benchmarks, the fuzzer and the ledger alike. Static knowledge only (no call)."""
-    return unavailable(backend, device, case.direction) or backend.supports(case, device)
+    return unavailable(backend, device, case.direction) or case_refusal(backend, case, device)
 
 
 def explain_refusal(messages: list[str]) -> list[str]:

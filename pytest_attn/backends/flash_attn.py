@@ -10,7 +10,8 @@ One back end per entry point, so each result says which call it timed -- one sma
   ``flash_attn_with_kvcache`` on a dense cache with the library's split-KV heuristic
   (``num_splits=0``) or without splitting (``num_splits=1``), or on a paged cache (``block_table``,
   pages of 256 keys, shuffled page order as a serving engine leaves them);
-* ``fa3``, ``fa3-varlen``, ``fa4``, ``fa4-varlen`` when those builds are importable;
+* ``fa3``, ``fa3-varlen``, ``fa3-kvcache`` (dense cache; upstream or the forward-only ``fa3-fwd`` wheel:
+  :mod:`.fa3`), ``fa4``, ``fa4-varlen`` when those builds are importable;
 * :class:`Fa4Paged` (``fa4-paged``) -- FA4's KV-cache path: ``flash_attn.cute.flash_attn_varlen_func``
   over a paged cache (``page_table``, ``seqused_k``), one split (``num_splits=1``: FA4 has no split-KV
   on sm90, and its heuristic raises "SplitKV not supported on SM 9.0" where it would split).
@@ -21,10 +22,9 @@ Masks are flags: none, bottom-right causal, sliding window. A custom mask has no
 FA2 and FA3 spell an unbounded window side ``-1``; FA4 spells it ``None`` and takes a single ``-1``
 literally (``window_size=(0, -1)`` there means "no key to the right, not even the diagonal": every
 row sees nothing), so each generation gets its own spelling (:attr:`Generation.unbounded`).
-Arguments are passed by keyword after checking the installed signature (FA3 dropped ``dropout_p``,
-so positions differ between builds). A build that lacks a head dim (the wheel in
-``shared/gpu-wheels`` has dims <= 64 and 128 only) refuses at the first call: that refusal, in the
-library's words, is the skip reason.
+Arguments are passed by keyword after checking the installed signature (FA3 dropped ``dropout_p``).
+A build that lacks a head dim refuses at the first call: that refusal, in its words, is the skip reason.
+FA4 takes sinks (``learnable_sink``); FA3 and FA4 take DeepSeek's (192, 128) head dims.
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ from ..core.case import AttnCase
 from ..core.device import DeviceInfo
 from ..core.layouts import Inputs
 from ..core.masks import flag_form
+from . import fa3
 from .base import ForwardFn, QuietWarning, Unsupported, call_or_unsupported
-from .kvcache import CachedCall, DenseCache, PagedCache, cache_bytes, cache_of, dense_cache, paged_cache, per_request
+from .kvcache import CachedCall, DenseCache, PagedCache, cache_bytes, cache_of, dense_cache, new_tokens, paged_cache
 from .signature import matched_kwargs
 
 PAGE = 256  # flash-attn's paged KV cache needs page_block_size to be a multiple of 256
@@ -63,16 +64,19 @@ class Generation:
     #: What the build raises, beyond RuntimeError/ValueError/NotImplementedError, when it refuses a case
     #: at its first call (FA4 checks its arguments with ``assert``)
     refusals: tuple[type[Exception], ...] = ()
+    dim_pairs: tuple[tuple[int, int], ...] = ()  # unequal (head_dim_qk, head_dim_v) it takes
+    forms: tuple[str, ...] = ()  # of pytest_attn.core.forms.FORMS: FA4 takes sinks (learnable_sink)
 
 
 FA2 = Generation("fa2", "flash_attn", "flash-attn", "flash-attn", "pip install flash-attn --no-build-isolation", (),
                  ("fp16", "bf16"))
 FA3 = Generation("fa3", "flash_attn_interface", "flash-attn 3 (flash_attn_interface)", "flash-attn-3",
-                 "build it from flash-attention/hopper: cd hopper && python setup.py install", ((9, 0),),
-                 ("fp16", "bf16", "fp8"))
+                 "pip install fa3-fwd (its forward only), or build it from flash-attention/hopper", ((9, 0),),
+                 ("fp16", "bf16", "fp8"), dim_pairs=tuple(fa3.HDIM_PAIRS))
 FA4 = Generation("fa4", "flash_attn.cute", "flash-attn 4 (flash_attn.cute)", "flash-attn-4",
                  "pip install flash-attn-4", ((9, 0), (10, 0), (10, 3)), ("fp16", "bf16"), unbounded=None,
-                 head_dim_multiple=8, fuzz_head_dims=(64, 128), refusals=(AssertionError,))
+                 head_dim_multiple=8, fuzz_head_dims=(64, 128), refusals=(AssertionError,), dim_pairs=((192, 128),),
+                 forms=("sinks",))
 
 #: The CuTe DSL warns once per kernel it compiles that FA4's ``AuxData`` argument "cannot be converted to a
 #: JitArgument" (dozens per run; FA4 passes it as a compile-time constant on purpose). Not the user's
@@ -106,6 +110,11 @@ def mask_kwargs(case: AttnCase, unbounded: int | None = -1) -> dict[str, Any]:
     return {"window_size": tuple(unbounded if side == -1 else side for side in flags)}
 
 
+def sink_kwargs(inputs: Inputs) -> dict[str, Any]:
+    """FA4's ``learnable_sink=``: a logit per query head in bf16, as it asserts (the inputs' are exact in bf16)."""
+    return {} if inputs.sinks is None else {"learnable_sink": inputs.sinks.to(inputs.q.device).bfloat16()}
+
+
 @dataclass(frozen=True)
 class _FlashAttn:
     """What every flash-attn entry point shares: availability, what it refuses, the mask as flags."""
@@ -131,14 +140,18 @@ class _FlashAttn:
 
     @property
     def distribution(self) -> str | None:
-        return self.gen.distribution
+        return fa3.distribution() if self.gen is FA3 else self.gen.distribution
 
     @property
     def fuzz_head_dims(self) -> tuple[int, ...] | None:
         return self.gen.fuzz_head_dims
 
+    @property
+    def forms(self) -> tuple[str, ...]:
+        return self.gen.forms
+
     def _module(self) -> Any:
-        return importlib.import_module(self.gen.module)
+        return fa3.import_interface() if self.gen is FA3 else importlib.import_module(self.gen.module)
 
     def available(self) -> str | None:
         try:
@@ -163,8 +176,10 @@ class _FlashAttn:
                 return f"{label} runs on {wanted} only; this GPU is sm{cc[0]}{cc[1]}"
             if not self.gen.archs and cc < (8, 0):
                 return f"{label} needs sm80 or newer; this GPU is sm{cc[0]}{cc[1]}"
-        if case.head_dim_qk != case.head_dim_v:
-            return f"{label} needs the same head dim for q/k and v (got {case.head_dim_qk}/{case.head_dim_v})"
+        pair = (case.head_dim_qk, case.head_dim_v)
+        if pair[0] != pair[1] and pair not in self.gen.dim_pairs:
+            takes = f" or {', '.join(map(str, self.gen.dim_pairs))}" if self.gen.dim_pairs else ""
+            return f"{label} needs the same head dim for q/k and v{takes} (got {pair[0]}/{pair[1]})"
         if case.head_dim_qk > 256:
             return f"{label} takes head dims up to 256 (got {case.head_dim_qk})"
         if case.head_dim_qk % self.gen.head_dim_multiple:
@@ -172,7 +187,8 @@ class _FlashAttn:
         if flag_form(case) is None:
             return (f"{label} takes causal and sliding-window flags only; the custom mask {case.mask.id!r}"
                     " has no flash-attn form (FlashInfer and flex take custom masks)")
-        return self._refuses(case)
+        built = fa3.build_refusal(case, isinstance(self, FlashAttnVarlen)) if self.gen is FA3 else None
+        return built or self._refuses(case)
 
     def _refuses(self, case: AttnCase) -> str | None:
         """What this entry point refuses beyond the shared rules."""
@@ -208,8 +224,8 @@ class _FlashAttn:
     def prepare(self, case: AttnCase, inputs: Inputs) -> ForwardFn:
         fn = getattr(self._module(), self.function)
         args, wanted = self._arguments(case, inputs)
-        kwargs = matched_kwargs(fn, {"softmax_scale": case.scale, **mask_kwargs(case, self.gen.unbounded), **wanted},
-                                droppable=FLAG_DEFAULTS)
+        kwargs = matched_kwargs(fn, {"softmax_scale": case.scale, **mask_kwargs(case, self.gen.unbounded), **wanted,
+                                     **sink_kwargs(inputs)}, droppable=FLAG_DEFAULTS)
 
         def forward() -> Any:
             out = fn(*args, **kwargs)
@@ -298,7 +314,7 @@ class FlashAttnKvcache(_FlashAttn):
             cache = dense_cache(case, inputs.k, inputs.v)
             cached = cache.cached
             wanted = {"cache_batch_idx": cache.batch_idx} if cache.batch_idx is not None else {}
-        new = _new_tokens(case, inputs)
+        new = new_tokens(case, inputs)
         if new is not None:
             wanted.update(k=new[0], v=new[1])
         wanted.update(cache_seqlens=cached, num_splits=self.num_splits)
@@ -371,23 +387,14 @@ class Fa4Paged(_FlashAttn):
         cache = paged_cache(case, inputs.k, inputs.v, self.page)
         used = torch.tensor(case.seqlens_k, dtype=torch.int32, device=q.device)
         kwargs = matched_kwargs(fn, {"softmax_scale": case.scale, **mask_kwargs(case, self.gen.unbounded),
-                                     "page_table": cache.table, "seqused_k": used, "num_splits": 1},
+                                     "page_table": cache.table, "seqused_k": used, "num_splits": 1,
+                                     **sink_kwargs(inputs)},
                                 droppable=FLAG_DEFAULTS)
         return _cache_call(self, fn, q, kwargs, cache)
 
 
-def _new_tokens(case: AttnCase, inputs: Inputs) -> tuple[Any, Any] | None:
-    """The appended keys and values as ``(batch, append, heads_kv, d)``: each request's last packed keys."""
-    import torch
-
-    append = case.cache.append if case.cache is not None else 0
-    if not append:
-        return None
-    return tuple(torch.stack([p[-append:] for p in per_request(case, t)]) for t in (inputs.k, inputs.v))  # type: ignore[return-value]
-
-
 FLASH_ATTN_BACKENDS: tuple[_FlashAttn, ...] = (
     FlashAttnFunc(), FlashAttnVarlen(), FlashAttnKvcache(), FlashAttnKvcache(num_splits=1),
-    FlashAttnKvcache(paged=True),
-    FlashAttnFunc(FA3), FlashAttnVarlen(FA3), FlashAttnFunc(FA4), FlashAttnVarlen(FA4), Fa4Paged(),
+    FlashAttnKvcache(paged=True), FlashAttnFunc(FA3), FlashAttnVarlen(FA3), FlashAttnKvcache(FA3),
+    FlashAttnFunc(FA4), FlashAttnVarlen(FA4), Fa4Paged(),
 )

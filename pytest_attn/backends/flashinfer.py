@@ -93,6 +93,8 @@ class FlashInferCall:
     distribution: ClassVar[str | None] = "flashinfer-python"
     only_suites: ClassVar[tuple[str, ...]] = ()
     empty_rows: ClassVar[str] = "any"  # it refuses seqlen_q > seqlen_k, the only way a row sees no key
+    #: unequal (head_dim_qk, head_dim_vo) it takes: DeepSeek's prefill, where the call says head_dim_vo
+    dim_pairs: ClassVar[tuple[tuple[int, int], ...]] = ()
 
     def available(self) -> str | None:
         try:
@@ -111,8 +113,10 @@ class FlashInferCall:
         cc = device.compute_capability
         if cc is not None and cc < (8, 0):
             return f"FlashInfer's bf16/fp16 prefill kernels need sm80 or newer here; this GPU is sm{cc[0]}{cc[1]}"
-        if case.head_dim_qk not in HEAD_DIMS or case.head_dim_v != case.head_dim_qk:
-            return (f"FlashInfer's kernels are built for head dims {', '.join(map(str, HEAD_DIMS))}"
+        pair = (case.head_dim_qk, case.head_dim_v)
+        if pair not in self.dim_pairs and (pair[0] not in HEAD_DIMS or pair[1] != pair[0]):
+            also = f", and {', '.join(map(str, self.dim_pairs))} here" if self.dim_pairs else ""
+            return (f"FlashInfer's kernels are built for head dims {', '.join(map(str, HEAD_DIMS))}{also}"
                     f" (got {case.head_dim_qk}/{case.head_dim_v})")
         if any(sq > sk for sq, sk in zip(case.seqlens_q, case.seqlens_k, strict=True)):
             return "FlashInfer needs seqlen_q <= seqlen_k (bottom-right alignment leaves rows without keys)"
@@ -233,6 +237,7 @@ class FlashInferRagged(FlashInferCall):
     """``BatchPrefillWithRaggedKVCacheWrapper`` on packed tokens: flags, or a custom mask per sequence."""
 
     api: ClassVar[str] = "BatchPrefillWithRaggedKVCacheWrapper"
+    dim_pairs: ClassVar[tuple[tuple[int, int], ...]] = ((192, 128),)  # plan(head_dim_vo=)
 
     @property
     def name(self) -> str:
@@ -257,6 +262,8 @@ class FlashInferRagged(FlashInferCall):
         dtype = torch_dtype(case.dtype)
         wrapper = fi.BatchPrefillWithRaggedKVCacheWrapper(workspace(inputs.q.device), "NHD")
         wanted: dict[str, Any] = {"sm_scale": case.scale, "q_data_type": dtype, "kv_data_type": dtype}
+        if case.head_dim_v != case.head_dim_qk:
+            wanted["head_dim_vo"] = case.head_dim_v
         flags = window_flags(case)
         if flags is not None:
             wanted.update(causal=flags[0], window_left=flags[1])

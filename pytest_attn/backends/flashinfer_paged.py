@@ -6,6 +6,9 @@ serving engine's allocator leaves it (:mod:`.kvcache` builds it, once, outside t
 * :class:`FlashInferDecode` (``flashinfer-decode-p16`` / ``-p256`` / ``-tc-p16``) --
   ``BatchDecodeWithPagedKVCacheWrapper``, one query per sequence (``-tc``: ``use_tensor_cores=True``,
   which takes any GQA group size).
+
+Both take sinks (``run(..., sinks=)``, one fp32 logit per query head) and an fp8 KV cache (``plan(kv_data_type=
+torch.float8_e4m3fn)``, ``run(..., k_scale=, v_scale=)``), as FlashInfer 0.7.2 documents them.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ class _FlashInferPagedBase(FlashInferCall):
     page_size: int = 16
 
     only_suites: ClassVar[tuple[str, ...]] = ("decode",)
+    forms: ClassVar[tuple[str, ...]] = ("sinks", "fp8-kv")
 
     def _refuses(self, case: AttnCase) -> str | None:
         if case.cache is not None and case.cache.slots:
@@ -42,10 +46,20 @@ class _FlashInferPagedBase(FlashInferCall):
         flags = window_flags(case)
         assert flags is not None
         dtype = torch_dtype(case.dtype)
-        wanted: dict[str, Any] = {"sm_scale": case.scale, "q_data_type": dtype, "kv_data_type": dtype}
+        kv_dtype = torch_dtype(case.kv_dtype) if case.kv_dtype else dtype
+        wanted: dict[str, Any] = {"sm_scale": case.scale, "q_data_type": dtype, "kv_data_type": kv_dtype}
         if flags[1] >= 0:
             wanted["window_left"] = flags[1]
         return cache, wanted
+
+    def _run_kwargs(self, run: Any, case: AttnCase, inputs: Inputs) -> dict[str, Any]:
+        """What ``run()`` takes beyond q and the pages: the sink logits, the fp8 cache's scales."""
+        wanted: dict[str, Any] = {}
+        if inputs.sinks is not None:
+            wanted["sinks"] = inputs.sinks.to(inputs.q.device)
+        if case.kv_dtype is not None:
+            wanted.update(k_scale=inputs.k_scale, v_scale=inputs.v_scale)
+        return fi_kwargs(run, wanted)
 
     def _step(self, fi: Any, case: AttnCase, inputs: Inputs, cache: PagedCache,
               attend: Callable[[], Any]) -> ForwardFn:
@@ -95,8 +109,8 @@ class FlashInferPaged(_FlashInferPagedBase):
             wrapper.plan(inputs.cu_seqlens_q, cache.indptr, cache.indices, cache.last_page_len, case.heads_q,
                          case.heads_kv, case.head_dim_qk, self.page_size,
                          **fi_kwargs(wrapper.plan, {**wanted, "causal": flags[0]}))
-        q, pages = inputs.q, (cache.k, cache.v)
-        return self._step(fi, case, inputs, cache, lambda: wrapper.run(q, pages))
+        q, pages, more = inputs.q, (cache.k, cache.v), self._run_kwargs(wrapper.run, case, inputs)
+        return self._step(fi, case, inputs, cache, lambda: wrapper.run(q, pages, **more))
 
 
 @dataclass(frozen=True)
@@ -131,8 +145,8 @@ class FlashInferDecode(_FlashInferPagedBase):
         with library_refusal(self.name, "plan()", hint):
             wrapper.plan(cache.indptr, cache.indices, cache.last_page_len, case.heads_q, case.heads_kv,
                          case.head_dim_qk, self.page_size, **fi_kwargs(wrapper.plan, wanted))
-        q, pages = inputs.q, (cache.k, cache.v)
-        return self._step(fi, case, inputs, cache, lambda: wrapper.run(q, pages))
+        q, pages, more = inputs.q, (cache.k, cache.v), self._run_kwargs(wrapper.run, case, inputs)
+        return self._step(fi, case, inputs, cache, lambda: wrapper.run(q, pages, **more))
 
 
 PAGED_BACKENDS: tuple[FlashInferCall, ...] = (

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.case import AttnCase
-from ..core.layouts import POISON, CacheView, cache_of, per_request
+from ..core.layouts import POISON, CacheView, Inputs, cache_of, per_request
 
 __all__ = ["POISON", "CacheView", "CachedCall", "cache_of", "dense_cache", "paged_cache", "per_request"]
 
@@ -136,3 +136,13 @@ def cache_bytes(case: AttnCase, page: int | None = None) -> int:
     if page is None:
         return (cache.slots or case.batch) * cache.capacity * per_key
     return (sum(-(-n // page) for n in case.seqlens_k) + 2) * page * per_key
+
+
+def new_tokens(case: AttnCase, inputs: Inputs) -> tuple[Any, Any] | None:
+    """The appended keys and values as ``(batch, append, heads_kv, d)``: each request's last packed keys."""
+    import torch
+
+    append = case.cache.append if case.cache is not None else 0
+    if not append:
+        return None
+    return tuple(torch.stack([p[-append:] for p in per_request(case, t)]) for t in (inputs.k, inputs.v))  # type: ignore[return-value]

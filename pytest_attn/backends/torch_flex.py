@@ -84,7 +84,7 @@ class FlexBackend:
         return None
 
     def supports(self, case: AttnCase, device: DeviceInfo) -> str | None:
-        if case.dtype == "fp8":
+        if case.dtype == "fp8" or case.kv_dtype == "fp8":
             return "flex_attention has no fp8 path"
         if case.ragged:
             return "flex_attention takes a dense batch; this case has per-sequence lengths"

@@ -54,7 +54,7 @@ class SdpaPaddedBackend:
         return None
 
     def supports(self, case: AttnCase, device: DeviceInfo) -> str | None:
-        if case.dtype == "fp8":
+        if case.dtype == "fp8" or case.kv_dtype == "fp8":
             return "SDPA has no fp8 path"
         if case.direction != "fwd":
             return "the padded decode baseline is a forward step"

@@ -4,6 +4,11 @@ Masks: no mask, or causal with ``seqlen_q == seqlen_k``, use SDPA's own flags. S
 ``is_causal`` is **top-left** aligned, so bottom-right causal with ``seqlen_q != seqlen_k``,
 sliding windows and custom masks are passed as an explicit boolean ``attn_mask`` built once, outside
 the timed call. The flash kernel takes no ``attn_mask``: such cases are skipped with that reason.
+
+Sinks (a sink logit per query head): one more key, all zeros (its score is 0), whose value is zeros and
+whose ``attn_mask`` bias is the head's sink logit -- ``exp(sink_h)`` joins every row's denominator and adds
+nothing to its numerator. A float ``attn_mask`` carries it, so the math and efficient kernels take sinks and
+the flash kernel does not. An fp8 KV cache has no SDPA path.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ _KERNELS = {
 
 def _mask_plan(case: AttnCase, force_mask: bool = False) -> str:
     """"none", "is_causal" or "attn_mask": how SDPA expresses this case's mask."""
-    if force_mask:
+    if force_mask or case.sinks:
         return "attn_mask"
     mask = effective_mask(case)
     if mask.kind == "none":
@@ -37,6 +42,27 @@ def _mask_plan(case: AttnCase, force_mask: bool = False) -> str:
     if mask.kind == "causal" and case.seqlens_q == case.seqlens_k:
         return "is_causal"  # top-left == bottom-right when the lengths are equal
     return "attn_mask"
+
+
+#: SDPA kernels that take a float attn_mask, and so sinks (:func:`with_sink_column`)
+SINK_KERNELS = ("math", "efficient")
+NO_SINKS = ("SDPA's flash kernel takes no attn_mask, and a sink logit needs one (one more key, biased by the"
+            " sink)")
+
+
+def with_sink_column(case: AttnCase, q: Any, k: Any, v: Any, sinks: Any, seqlen_q: int, seqlen_k: int) -> tuple[
+        Any, Any, Any]:
+    """``(k, v, attn_mask)`` for SDPA (``bhsd``) with the sink as one more key: a zero key (score 0) with a
+    zero value and the head's sink logit as its bias; the case's mask hides the other keys (-inf)."""
+    import torch
+
+    bias = torch.zeros((case.heads_q, seqlen_q, seqlen_k + 1), dtype=q.dtype, device=q.device)
+    if case.mask.kind != "none":
+        bias[:, :, :seqlen_k].masked_fill_(~dense_mask(case.mask, seqlen_q, seqlen_k, q.device), float("-inf"))
+    bias[:, :, seqlen_k] = sinks.to(device=q.device, dtype=q.dtype)[:, None]
+    zero_k = k.new_zeros((*k.shape[:-2], 1, k.shape[-1]))
+    zero_v = v.new_zeros((*v.shape[:-2], 1, v.shape[-1]))
+    return torch.cat([k, zero_k], dim=-2), torch.cat([v, zero_v], dim=-2), bias  # bias (hq, sq, sk + 1) broadcasts
 
 
 @dataclass(frozen=True)
@@ -73,6 +99,10 @@ class SdpaBackend:
     def needs_cuda(self) -> bool:
         return self.kernel in ("efficient", "cudnn")  # flash and math also have CPU kernels
 
+    @property
+    def forms(self) -> tuple[str, ...]:
+        return ("sinks",) if self.kernel in SINK_KERNELS else ()
+
     def available(self) -> str | None:
         try:
             from torch.nn.attention import SDPBackend  # noqa: F401
@@ -81,11 +111,16 @@ class SdpaBackend:
         return None
 
     def supports(self, case: AttnCase, device: DeviceInfo) -> str | None:
-        if case.dtype == "fp8":
+        if case.dtype == "fp8" or case.kv_dtype == "fp8":
             return "SDPA has no fp8 path"
         if case.ragged:
             return "SDPA takes a dense batch; this case has per-sequence lengths (use the varlen back end)"
         if self.kernel == "flash":
+            if case.sinks:
+                return NO_SINKS
+            if case.head_dim_qk != case.head_dim_v:
+                return ("SDPA's flash kernel requires q, k and v to have the same last dimension (head_dim_qk="
+                        f"{case.head_dim_qk}, head_dim_v={case.head_dim_v})")
             if _mask_plan(case, self.force_mask) == "attn_mask":
                 why = (
                     "its is_causal is top-left aligned, so bottom-right causal with seqlen_q != seqlen_k"
@@ -107,6 +142,8 @@ class SdpaBackend:
         if _mask_plan(case, self.force_mask) == "attn_mask":
             # one bool per pair, shared by the batch, and the additive form SDPA may convert it to
             mask = case.max_seqlen_q * case.max_seqlen_k * (1 + case.elem_bytes)
+        if case.sinks:  # a float bias per query head, one key more
+            mask = case.heads_q * case.max_seqlen_q * (case.max_seqlen_k + 1) * case.elem_bytes
         if self.kernel != "math":
             return mask
         # math materialises scores and probabilities (fp32 softmax) per (batch, head)
@@ -124,7 +161,10 @@ class SdpaBackend:
         kwargs: dict[str, Any] = {"scale": case.scale}
         if case.heads_q != case.heads_kv:
             kwargs["enable_gqa"] = True
-        if plan == "is_causal":
+        if case.sinks:
+            k, v, kwargs["attn_mask"] = with_sink_column(case, q, k, v, inputs.sinks, case.max_seqlen_q,
+                                                         case.max_seqlen_k)
+        elif plan == "is_causal":
             kwargs["is_causal"] = True
         elif plan == "attn_mask":
             kwargs["attn_mask"] = dense_mask(case.mask, case.max_seqlen_q, case.max_seqlen_k, q.device)
@@ -150,12 +190,13 @@ class SdpaLoopBackend:
     distribution: str | None = None  # PyTorch's own
     empty_rows = "any"
     only_suites = ("varlen", "decode")
+    forms = ("sinks",)  # PyTorch picks a kernel that takes the float attn_mask sinks need
 
     def available(self) -> str | None:
         return None
 
     def supports(self, case: AttnCase, device: DeviceInfo) -> str | None:
-        if case.dtype == "fp8":
+        if case.dtype == "fp8" or case.kv_dtype == "fp8":
             return "SDPA has no fp8 path"
         return None
 
@@ -175,7 +216,12 @@ class SdpaLoopBackend:
             one = dataclasses.replace(case, seqlens_q=(case.seqlens_q[i],), seqlens_k=(case.seqlens_k[i],))
             kwargs: dict[str, Any] = {"scale": case.scale, "enable_gqa": case.heads_q != case.heads_kv}
             plan = _mask_plan(one)
-            if plan == "is_causal":
+            if case.sinks:  # (s, h, d) -> one more key, as SDPA's bhsd wants it, then back
+                kb, vb, kwargs["attn_mask"] = with_sink_column(one, q.transpose(0, 1), k.transpose(0, 1),
+                                                               v.transpose(0, 1), inputs.sinks, one.seqlens_q[0],
+                                                               one.seqlens_k[0])
+                k, v = kb.transpose(0, 1), vb.transpose(0, 1)
+            elif plan == "is_causal":
                 kwargs["is_causal"] = True
             elif plan == "attn_mask":
                 kwargs["attn_mask"] = dense_mask(case.mask, one.seqlens_q[0], one.seqlens_k[0], q.device)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.case import AttnCase
+from ..core.case import FORMS, AttnCase
 from ..core.device import DeviceInfo
 from ..core.layouts import Inputs
 from ..oracle.reference import reference_attention
@@ -24,6 +24,7 @@ class ReferenceBackend:
     default_enabled = False
     distribution: str | None = None  # PyTorch's own
     empty_rows = "zero"
+    forms = FORMS  # the oracle's own math: every form
 
     def available(self) -> str | None:
         return None

@@ -9,7 +9,8 @@ touches a GPU or reads NVML; the few helpers that build tensors (:mod:`.mask_ten
 :mod:`.layouts`) import torch inside the function. Every other layer imports from here; this layer
 imports from none of them.
 
-Modules: :mod:`.case`, :mod:`.catalog`, :mod:`.adhoc` (``--attn-case``), :mod:`.codec`, :mod:`.masks`,
+Modules: :mod:`.case`, :mod:`.forms` (sinks, absorbed MLA, an fp8 KV cache), :mod:`.catalog`, :mod:`.adhoc`
+(``--attn-case``), :mod:`.codec`, :mod:`.masks`,
 :mod:`.mask_formats`, :mod:`.mask_tensors`, :mod:`.layouts`, :mod:`.flops`, :mod:`.peaks`, :mod:`.metrics`,
 :mod:`.device`, :mod:`.kernel_names`, :mod:`.stats`, :mod:`.throttle`, :mod:`.sustained` (the sustained figure),
 :mod:`.record`, :mod:`.schedule` (what each test is expected to cost, problems handed to workers longest first),

@@ -5,25 +5,29 @@
     --attn-case "seqlen_q=1,seqlen_k=8192,heads=32,kv_heads=8,head_dim=128,causal"   # a decode step
     --attn-case "varlen=1,7,128,300,heads=32,kv_heads=8,head_dim=128,causal"         # a ragged batch
     --attn-case "seqlen=8192,heads=24,head_dim=128,window=1024,fwd+bwd,name=my-dit"
+    --attn-case "batch=64,seqlen_q=1,seqlen_k=4096,heads=128,kv_heads=1,head_dim=576,head_dim_v=512,latent,scale=0.0722"
+    --attn-case "seqlen=4096,heads=64,kv_heads=8,head_dim=64,window=127,sinks"        # GPT-OSS's sliding layers
 
 Fields: batch, seqlen (or seqlen_q / seqlen_k), varlen=L1,L2,..., heads, kv_heads, head_dim,
-head_dim_v, dtype, window=LEFT or LEFT:RIGHT, name; flags: causal, fwd, fwd+bwd.
+head_dim_v, dtype, kv_dtype (fp8: an e4m3 KV cache), scale (the softmax scale), window=LEFT or LEFT:RIGHT,
+name; flags: causal, fwd, fwd+bwd, sinks (a sink logit per head), latent (absorbed MLA: the values are the
+key's first head_dim_v columns).
 """
 
 from __future__ import annotations
 
-from .case import DTYPES, Mask, canonical_dtype
+from .case import DTYPES, CaseError, Mask, canonical_dtype
 from .catalog import Shape, Variant
 
 INTS = ("batch", "seqlen", "seqlen_q", "seqlen_k", "heads", "kv_heads", "head_dim", "head_dim_v")
-FIELDS = (*INTS, "varlen", "dtype", "window", "name")
-FLAGS = ("causal", "fwd", "fwd+bwd")
+FIELDS = (*INTS, "varlen", "dtype", "kv_dtype", "scale", "window", "name")
+FLAGS = ("causal", "fwd", "fwd+bwd", "sinks", "latent")
 #: A problem of this many queries or fewer against more keys is a decode step (suites/test_decode.py): one token,
 #: or a few of a speculative step, against a KV cache.
 DECODE_MAX_QUERIES = 16
 FORMS = ("batch=N, seqlen=N (or seqlen_q=N, seqlen_k=N), varlen=L1,L2,..., heads=N, kv_heads=N, head_dim=N,"
-         " head_dim_v=N, dtype=" + "|".join(DTYPES) + ", window=LEFT or LEFT:RIGHT, name=TEXT; flags: causal,"
-         " fwd, fwd+bwd")
+         " head_dim_v=N, dtype=" + "|".join(DTYPES) + ", kv_dtype=fp8, scale=X, window=LEFT or LEFT:RIGHT,"
+         " name=TEXT; flags: causal, fwd, fwd+bwd, sinks, latent")
 
 
 class AdhocError(ValueError):
@@ -114,8 +118,6 @@ def parse_case(spec: str) -> Variant:
     heads, kv, d = ints["heads"], ints.get("kv_heads", ints["heads"]), ints["head_dim"]
     if heads % kv:
         raise AdhocError(f"--attn-case {spec!r}: kv_heads={kv} does not divide heads={heads}")
-    if ints.get("head_dim_v", d) != d:
-        raise AdhocError(f"--attn-case {spec!r}: head_dim_v different from head_dim is not supported here yet")
     batch = ints.get("batch", 1)
     if varlen:
         batch, sq, sk = len(varlen), max(varlen), max(varlen)
@@ -128,5 +130,21 @@ def parse_case(spec: str) -> Variant:
     if "fwd" in flags and "fwd+bwd" in flags:
         raise AdhocError(f"--attn-case {spec!r}: give one direction, fwd or fwd+bwd (repeat --attn-case for both)")
     shape = Shape(name, batch, sq, sk, heads, kv, d, "causal" in flags, f"--attn-case {spec}",
-                  decode=not varlen and sq < sk and sq <= DECODE_MAX_QUERIES, seqlens=tuple(varlen))
-    return Variant(shape, dtype, _mask(values, flags, spec), "fwd+bwd" if "fwd+bwd" in flags else "fwd")
+                  decode=not varlen and sq < sk and sq <= DECODE_MAX_QUERIES, seqlens=tuple(varlen),
+                  head_dim_v=ints.get("head_dim_v", d), sinks="sinks" in flags, latent_kv="latent" in flags,
+                  kv_dtype=values.get("kv_dtype"), softmax_scale=_scale(values, spec))
+    variant = Variant(shape, dtype, _mask(values, flags, spec), "fwd+bwd" if "fwd+bwd" in flags else "fwd")
+    try:
+        variant.case("adhoc")  # the case's own checks (a form's dims, its direction), said now with the spec
+    except CaseError as exc:
+        raise AdhocError(f"--attn-case {spec!r}: {exc}") from None
+    return variant
+
+
+def _scale(values: dict[str, str], spec: str) -> float | None:
+    if "scale" not in values:
+        return None
+    try:
+        return float(values["scale"])
+    except ValueError:
+        raise AdhocError(f"--attn-case {spec!r}: scale={values['scale']!r} is not a number") from None

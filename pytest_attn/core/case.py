@@ -12,6 +12,8 @@ are equal, and the SDPA back ends pass an explicit bottom-right mask otherwise.
 Sliding window: ``Mask.window(left, right)`` uses flash-attn's convention: query ``i`` sees keys
 in ``[i + sk - sq - left, i + sk - sq + right]``; ``-1`` means unbounded on that side. Causal is
 ``window(-1, 0)``.
+
+Forms beyond plain softmax attention (sinks, absorbed MLA, an fp8 KV cache): :mod:`pytest_attn.core.forms`.
 """
 
 from __future__ import annotations
@@ -20,8 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from .forms import FORMS, KV_DTYPES, MLA_SOFTMAX_SCALE, CaseError, form_problem
+
 if TYPE_CHECKING:
     import numpy as np
+
+__all__ = ["DTYPES", "FORMS", "KV_DTYPES", "MLA_SOFTMAX_SCALE", "AttnCase", "CaseError", "KvCache", "Mask"]
 
 
 Dtype = Literal["fp16", "bf16", "fp32", "fp8"]
@@ -53,8 +59,6 @@ MaskFn = Callable[[int, int], "np.ndarray"]
 MaskRowsFn = Callable[[int, int, "np.ndarray"], "np.ndarray"]
 
 
-class CaseError(ValueError):
-    """An invalid case; the message names the field and the value."""
 
 
 @dataclass(frozen=True)
@@ -194,6 +198,9 @@ class AttnCase:
     direction: str = "fwd"
     softmax_scale: float | None = None
     cache: KvCache | None = None  # a serving batch's KV cache (decode against ragged caches, appends)
+    sinks: bool = False  # a learnable sink logit per query head in the softmax denominator
+    latent_kv: bool = False  # absorbed MLA: the values are the first head_dim_v columns of the key
+    kv_dtype: str | None = None  # "fp8": keys and values in e4m3 with a per-tensor scale (None: the case's dtype)
 
     def __post_init__(self) -> None:
         _check_name("backend", self.backend)
@@ -232,6 +239,9 @@ class AttnCase:
             raise CaseError(f"softmax_scale={self.softmax_scale!r} must be positive (or None for 1/sqrt(d))")
         if self.cache is not None:
             self._check_cache(self.cache)
+        problem = form_problem(self)
+        if problem:
+            raise CaseError(problem)
 
     def _check_cache(self, cache: KvCache) -> None:
         if len(set(self.seqlens_q)) > 1:
@@ -284,7 +294,31 @@ class AttnCase:
             direction=direction,
         )
 
+    @classmethod
+    def mla(cls, *, backend: str, shape: str, batch: int, seqlen_k: int, seqlen_q: int = 1, heads_q: int = 128,
+            latent: int = 512, rope: int = 64, dtype: str = "bf16", kv_dtype: str | None = None,
+            mask: Mask | None = None, softmax_scale: float | None = MLA_SOFTMAX_SCALE) -> AttnCase:
+        """Absorbed MLA decode as DeepSeek-V3 runs it: ``heads_q`` query heads over one latent KV head of
+        ``latent + rope`` columns, values the first ``latent`` of them, scale 1/sqrt(192) by default."""
+        if not isinstance(batch, int) or batch <= 0:
+            raise CaseError(f"batch={batch!r} must be a positive int")
+        return cls(backend=backend, shape=shape, seqlens_q=(seqlen_q,) * batch, seqlens_k=(seqlen_k,) * batch,
+                   heads_q=heads_q, heads_kv=1, head_dim_qk=latent + rope, head_dim_v=latent, dtype=dtype,
+                   mask=mask if mask is not None else Mask.none(), softmax_scale=softmax_scale, latent_kv=True,
+                   kv_dtype=kv_dtype)
+
     # ---- derived facts -------------------------------------------------------------------
+    @property
+    def forms(self) -> tuple[str, ...]:
+        """The forms of :data:`FORMS` this case uses, in that order."""
+        used = {"sinks": self.sinks, "latent-kv": self.latent_kv, "fp8-kv": self.kv_dtype == "fp8"}
+        return tuple(f for f in FORMS if used[f])
+
+    @property
+    def kv_elem_bytes(self) -> int:
+        """Bytes per key or value element (the KV cache's dtype where it has its own)."""
+        return DTYPE_BYTES[self.kv_dtype] if self.kv_dtype is not None else self.elem_bytes
+
     @property
     def batch(self) -> int:
         return len(self.seqlens_q)
@@ -325,7 +359,9 @@ class AttnCase:
     @property
     def group(self) -> str:
         """The problem without the back end: results in one group are directly comparable."""
-        return f"{self.shape}-{self.dtype}-{self.mask.id}-{self.direction_id}"
+        dtype = self.dtype + (f"-kv{self.kv_dtype}" if self.kv_dtype else "")
+        extra = ("-sinks" if self.sinks else "") + ("-latent" if self.latent_kv else "")
+        return f"{self.shape}-{dtype}-{self.mask.id}{extra}-{self.direction_id}"
 
     @property
     def id(self) -> str:
@@ -344,7 +380,10 @@ class AttnCase:
             c = self.cache
             cache = (f", cache of {c.capacity:,} keys per request{f' in {c.slots} shuffled slots' if c.slots else ''}"
                      f"{f', {c.append} appended per request' if c.append else ''}{f' ({c.drawn})' if c.drawn else ''}")
-        return f"{lengths}, {heads}, {dims}, {self.dtype}, mask={self.mask.id}, {self.direction}{cache}"
+        dtype = self.dtype + (f" (KV cache {self.kv_dtype} with a per-tensor scale)" if self.kv_dtype else "")
+        forms = (", sink logit per head" if self.sinks else "") + (
+            f", latent KV (values = the key's first {self.head_dim_v} columns)" if self.latent_kv else "")
+        return f"{lengths}, {heads}, {dims}, {dtype}, mask={self.mask.id}{forms}, {self.direction}{cache}"
 
 
 def _lengths(values: tuple[int, ...], shown: int = 8) -> str:

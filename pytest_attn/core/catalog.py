@@ -6,15 +6,16 @@ direction; a suite crosses the profile's variants with the selected back ends.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from . import masks
-from .case import AttnCase, KvCache, Mask
+from .case import MLA_SOFTMAX_SCALE, AttnCase, KvCache, Mask
 
-PROFILES: tuple[str, ...] = ("smoke", "default", "full", "cpu", "sustained")
+PROFILES: tuple[str, ...] = ("smoke", "default", "full", "cpu", "sustained", "models-2026")
 
 #: Back ends the smoke profile leaves to the others when the default back ends are selected: FlashInfer's
 #: batch, paged and decode kernels each need further modules that only their first call reveals, compiled
@@ -43,6 +44,12 @@ class Shape:
     seqlens: tuple[int, ...] = ()  # a ragged batch: one length per sequence (queries == keys)
     cache: KvCache | None = None  # a serving batch: ragged KV caches (seqlens_k), new tokens appended
     seqlens_k: tuple[int, ...] = ()  # with cache: each request's keys after the call
+    # the forms beyond plain attention (pytest_attn.core.forms)
+    head_dim_v: int = 0  # 0: head_dim
+    sinks: bool = False
+    latent_kv: bool = False
+    kv_dtype: str | None = None
+    softmax_scale: float | None = None  # None: 1/sqrt(head_dim)
 
     @property
     def kind(self) -> str:
@@ -51,29 +58,16 @@ class Shape:
 
     def case(self, backend: str, dtype: str, mask: Mask, direction: str) -> AttnCase:
         if self.cache is not None:
-            return AttnCase(
-                backend=backend, shape=self.name, seqlens_q=(self.seqlen_q,) * self.batch, seqlens_k=self.seqlens_k,
-                heads_q=self.heads_q, heads_kv=self.heads_kv, head_dim_qk=self.head_dim, head_dim_v=self.head_dim,
-                dtype=dtype, mask=mask, direction=direction, cache=self.cache,
-            )
-        if self.seqlens:
-            return AttnCase(
-                backend=backend, shape=self.name, seqlens_q=self.seqlens, seqlens_k=self.seqlens,
-                heads_q=self.heads_q, heads_kv=self.heads_kv, head_dim_qk=self.head_dim,
-                head_dim_v=self.head_dim, dtype=dtype, mask=mask, direction=direction,
-            )
-        return AttnCase.dense(
-            backend=backend,
-            shape=self.name,
-            batch=self.batch,
-            seqlen_q=self.seqlen_q,
-            seqlen_k=self.seqlen_k,
-            heads_q=self.heads_q,
-            heads_kv=self.heads_kv,
-            head_dim=self.head_dim,
-            dtype=dtype,
-            mask=mask,
-            direction=direction,
+            seqlens_q, seqlens_k = (self.seqlen_q,) * self.batch, self.seqlens_k
+        elif self.seqlens:
+            seqlens_q = seqlens_k = self.seqlens
+        else:
+            seqlens_q, seqlens_k = (self.seqlen_q,) * self.batch, (self.seqlen_k,) * self.batch
+        return AttnCase(
+            backend=backend, shape=self.name, seqlens_q=seqlens_q, seqlens_k=seqlens_k, heads_q=self.heads_q,
+            heads_kv=self.heads_kv, head_dim_qk=self.head_dim, head_dim_v=self.head_dim_v or self.head_dim,
+            dtype=dtype, mask=mask, direction=direction, softmax_scale=self.softmax_scale, cache=self.cache,
+            sinks=self.sinks, latent_kv=self.latent_kv, kv_dtype=self.kv_dtype,
         )
 
     @property
@@ -225,9 +219,38 @@ CPU_SHAPES = (
 )
 TINY_MASKS = Shape("tiny-masks", 1, 128, 128, 4, 4, 32, False, "pytest-attn CPU profile: the mask suite")
 
+# What Hopper serves in 2026 (issue 52): the profile models-2026, kept out of the baselined profiles until
+# a GPU run baselines it. DeepSeek-V3 config.json: 128 heads, kv_lora_rank 512, qk_rope_head_dim 64,
+# qk_nope_head_dim 128, v_head_dim 128; GPT-OSS-120B config.json: 64 q / 8 kv heads x 64, sliding_window 128
+# on alternate layers, a learnable sink per head.
+_DSV3 = "DeepSeek-V3 config.json (128 heads, kv_lora_rank 512, qk_rope_head_dim 64, qk_nope_head_dim 128)"
+_MLA = Model("deepseek-v3-mla", 128, 1, 576, f"{_DSV3}; absorbed MLA decode: one latent KV head of 512 + 64,"
+             " values its first 512, scale 1/sqrt(192) (FlashMLA's shape class)")
+MLA_DECODE = tuple(dataclasses.replace(decode_shape(_MLA, keys, batch), head_dim_v=512, latent_kv=True,
+                                       softmax_scale=MLA_SOFTMAX_SCALE)
+                   for batch in (1, 64, 128) for keys in (4096, 32768))
+MLA_SERVING = dataclasses.replace(serving_mix(_MLA, 64, 4096, 1.0, 5, 32768), head_dim_v=512, latent_kv=True,
+                                  softmax_scale=MLA_SOFTMAX_SCALE)
+DSV3_PREFILL = tuple(Shape(f"deepseek-v3-prefill-{n // 1024}k", 1, n, n, 128, 128, 192, True,
+                           f"{_DSV3}; prefill before absorption: q/k 128 + 64 = 192, v 128; one prompt of {n:,}",
+                           head_dim_v=128) for n in (4096, 16384))
+_GPT_OSS = Model("gpt-oss-120b", 64, 8, 64, "GPT-OSS-120B config.json: 64 q / 8 kv heads x 64, sliding_window 128"
+                 " on alternate layers (window(127, 0): the last 128 keys), a learnable sink logit per head")
+GPT_OSS = (Shape("gpt-oss-120b-prefill", 1, 8192, 8192, 64, 8, 64, True, f"{_GPT_OSS.source}; one 8,192-token"
+                 " prompt", sinks=True),
+           dataclasses.replace(decode_shape(_GPT_OSS, 8192, 64), sinks=True))
+#: GPT-OSS's two layer kinds: the sliding window of 128 tokens (vLLM passes window_size (127, 0)), and full causal.
+GPT_OSS_MASKS = (Mask.window(127, 0), Mask.causal())
+_LLAMA_FP8 = Model("llama3-8b-kvfp8", 32, 8, 128, f"{LLAMA3_8B_HEADS.source}; KV cache in fp8 (e4m3), one scale"
+                   " per tensor")
+FP8_KV_DECODE = tuple(dataclasses.replace(decode_shape(_LLAMA_FP8, keys, batch), kv_dtype="fp8")
+                      for batch, keys in ((16, 4096), (64, 32768)))
+MODELS_2026 = (*MLA_DECODE, MLA_SERVING, *DSV3_PREFILL, *GPT_OSS, *FP8_KV_DECODE)
+
 SHAPES: tuple[Shape, ...] = (
     HUNYUAN_VIDEO, GPT2_SMALL, GPT3_LIKE, BERT_BASE, BERT_LARGE, LLAMA3_8B, LONG_8K, LONG_16K,
     *DECODE, *DECODE_BATCHED, *DECODE_OTHER, *SPEC_DECODE, *SERVING, *VARLEN, VIDEO_8K, *CPU_SHAPES, TINY_MASKS,
+    *MODELS_2026,
 )
 SHAPES_BY_NAME = {s.name: s for s in SHAPES}
 
@@ -310,6 +333,9 @@ def _profile_variants(profile: str) -> list[Variant]:
     if profile == "sustained":  # "what will my model see": prefill and training steps at the power cap
         return [Variant(shape, "bf16", Mask.causal() if shape.causal else Mask.none(), direction)
                 for shape in (LLAMA3_8B, HUNYUAN_VIDEO) for direction in ("fwd", "fwd+bwd")]
+    if profile == "models-2026":
+        return [Variant(shape, "bf16", mask, "fwd") for shape in MODELS_2026
+                for mask in (GPT_OSS_MASKS if shape in GPT_OSS else (shape.own_mask,))]
     raise ValueError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
 
 
@@ -321,6 +347,6 @@ def profile_variants(profile: str, kind: str = "all") -> list[Variant]:
     if kind == "masks":
         if profile not in PROFILES:
             raise ValueError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
-        return [] if profile == "sustained" else _mask_variants(profile)
+        return [] if profile in ("sustained", "models-2026") else _mask_variants(profile)
     variants = _profile_variants(profile)
     return variants if kind == "all" else [v for v in variants if v.shape.kind == kind]

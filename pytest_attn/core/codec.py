@@ -18,7 +18,7 @@ from .case import AttnCase, KvCache, Mask
 from .masks import all_true, causal, document, prefix_lm, random_block_sparse
 
 FIELDS = ("backend", "shape", "seqlens_q", "seqlens_k", "heads_q", "heads_kv", "head_dim_qk", "head_dim_v", "dtype",
-          "mask", "direction", "softmax_scale", "cache")
+          "mask", "direction", "softmax_scale", "cache", "sinks", "latent_kv", "kv_dtype")
 
 
 def mask_from_id(mask_id: str) -> Mask:
@@ -50,6 +50,9 @@ def case_to_dict(case: AttnCase) -> dict[str, Any]:
         "head_dim_qk": case.head_dim_qk, "head_dim_v": case.head_dim_v, "dtype": case.dtype, "mask": case.mask.id,
         "direction": case.direction, "softmax_scale": case.softmax_scale,
         **({"cache": dataclasses.asdict(case.cache)} if case.cache is not None else {}),
+        # the forms only where used: a plain case's JSON is what it always was
+        **({"sinks": True} if case.sinks else {}), **({"latent_kv": True} if case.latent_kv else {}),
+        **({"kv_dtype": case.kv_dtype} if case.kv_dtype else {}),
     }
 
 
@@ -72,6 +75,7 @@ def case_from_dict(data: dict[str, Any], *, strict_mask: bool = True) -> AttnCas
         head_dim_qk=data["head_dim_qk"], head_dim_v=data["head_dim_v"], dtype=data["dtype"], mask=mask,
         direction=data["direction"], softmax_scale=data.get("softmax_scale"),
         cache=KvCache(**data["cache"]) if data.get("cache") else None,
+        sinks=data.get("sinks", False), latent_kv=data.get("latent_kv", False), kv_dtype=data.get("kv_dtype"),
     )
 
 

@@ -11,7 +11,17 @@ Count the (query, key) pairs the mask leaves visible, per sequence and per query
   sliding windows clip both sides; custom masks count their True entries; ragged (varlen) batches
   sum over sequences; GQA/MQA changes bytes, not FLOPs (FLOPs are per *query* head).
 
-This is the convention of flash-attn's Hopper/FA4 and FlashInfer benchmarks.
+This is the convention of flash-attn's Hopper/FA4 and FlashInfer benchmarks. A sink logit per head adds
+no matrix product (one more exponential per row), so sinks change no FLOP count.
+
+Convention ``flashmla`` (absorbed MLA, ``latent_kv`` cases)
+-----------------------------------------------------------
+FlashMLA's own decode benchmark (its test_flash_mla script): ``s_q * total_seqlens * h_q * (d + dv) * 2`` with
+d = 576 (latent + rope) and dv = 512 -- every (query, key) pair, whatever the mask -- and bytes
+``(total_seqlens * h_kv * d + b * s_q * h_q * d + b * s_q * h_q * dv) * elem``: the latent cache read once
+(its values are its first 512 columns, not a second tensor), q read and o written. A latent case's
+FLOPs and minimal bytes follow it, so MFU and TB/s stand beside FlashMLA's published figures; for
+one query per request (decode) it equals ``exact-mask``.
 
 Convention ``fa2`` (reported beside it, for comparison with published figures)
 ------------------------------------------------------------------------------
@@ -26,7 +36,9 @@ reads q, k, v, o and dO and writes dq, dk, dv (the per-row softmax statistics, 4
 head, are left out as negligible). A custom mask that hides something adds one *bit* per (query,
 key) pair: its smallest general form, the packed mask (a dense bool mask is 8x that; a block-sparse
 form can be less). An all-True mask adds nothing: the minimal call passes no mask. k and v count
-``heads_kv`` heads, so GQA lowers bytes.
+``heads_kv`` heads, so GQA lowers bytes. An fp8 KV cache counts one byte a key or value element (q and o
+keep the case's dtype); sinks add their fp32 logits (4 bytes per query head); a latent case reads no
+separate values.
 """
 
 from __future__ import annotations
@@ -42,6 +54,7 @@ if TYPE_CHECKING:
 
 CONVENTION = "exact-mask"
 FA2_CONVENTION = "fa2"
+MLA_CONVENTION = "flashmla"
 BWD_FACTOR = 2.5
 
 
@@ -124,9 +137,15 @@ def _flops_for_pairs(case: AttnCase, pairs: int) -> int:
     return round(2 * (case.head_dim_qk + case.head_dim_v) * case.heads_q * pairs * _direction_factor(case))
 
 
+def convention(case: AttnCase) -> str:
+    """The FLOP convention of ``case``: ``flashmla`` for absorbed MLA, else ``exact-mask``."""
+    return MLA_CONVENTION if case.latent_kv else CONVENTION
+
+
 def flops(case: AttnCase) -> int:
-    """FLOPs of one timed call (forward, or forward + backward), ``exact-mask`` convention."""
-    return _flops_for_pairs(case, _case_pairs(case)[0])
+    """FLOPs of one timed call (forward, or forward + backward) in :func:`convention`'s convention."""
+    visible, total = _case_pairs(case)
+    return _flops_for_pairs(case, total if case.latent_kv else visible)
 
 
 def _fa2_for_total(case: AttnCase, total_pairs: int) -> int:
@@ -141,11 +160,12 @@ def fa2_flops(case: AttnCase) -> int:
 
 def min_bytes(case: AttnCase) -> int:
     """Minimal device-memory traffic of one timed call (see module docstring)."""
-    e = case.elem_bytes
+    e, kv_e = case.elem_bytes, case.kv_elem_bytes
     q = case.total_q * case.heads_q * case.head_dim_qk * e
-    k = case.total_k * case.heads_kv * case.head_dim_qk * e
-    v = case.total_k * case.heads_kv * case.head_dim_v * e
+    k = case.total_k * case.heads_kv * case.head_dim_qk * kv_e
+    v = 0 if case.latent_kv else case.total_k * case.heads_kv * case.head_dim_v * kv_e
     o = case.total_q * case.heads_q * case.head_dim_v * e
+    sinks = 4 * case.heads_q if case.sinks else 0
     mask = 0
     if case.mask.kind == "custom":
         mask = sum(
@@ -155,8 +175,9 @@ def min_bytes(case: AttnCase) -> int:
         )
     appended = 0
     if case.cache is not None and case.cache.append:  # the new keys and values are written into the cache too
-        appended = case.batch * case.cache.append * case.heads_kv * (case.head_dim_qk + case.head_dim_v) * e
-    fwd = q + k + v + o + mask + appended
+        columns = case.head_dim_qk + (0 if case.latent_kv else case.head_dim_v)
+        appended = case.batch * case.cache.append * case.heads_kv * columns * kv_e
+    fwd = q + k + v + o + mask + appended + sinks
     if case.direction == "fwd":
         return fwd
     # backward: read q, k, v, o, dO (+ mask); write dq, dk, dv
@@ -167,9 +188,10 @@ def min_bytes(case: AttnCase) -> int:
 def work(case: AttnCase) -> Work:
     pairs, total = _case_pairs(case)  # counted once: long causal cases walk every row
     return Work(
-        flops=_flops_for_pairs(case, pairs),
+        flops=_flops_for_pairs(case, total if case.latent_kv else pairs),
         fa2_flops=_fa2_for_total(case, total),
         min_bytes=min_bytes(case),
         visible_pairs=pairs,
         total_pairs=total,
+        convention=convention(case),
     )

@@ -40,6 +40,9 @@ class Inputs:
     cu_seqlens_q: torch.Tensor | None = None
     cu_seqlens_k: torch.Tensor | None = None
     grad_out: torch.Tensor | None = None
+    sinks: torch.Tensor | None = None  # a case with sinks: one fp32 logit per query head, (heads_q,)
+    k_scale: float = 1.0  # an fp8 KV cache: the real key is k.float() * k_scale
+    v_scale: float = 1.0  # ... and the real value v.float() * v_scale
 
 
 def sequence(t: torch.Tensor, layout: str, case: AttnCase, index: int, which: str = "q") -> torch.Tensor:

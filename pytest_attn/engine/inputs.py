@@ -39,6 +39,18 @@ def _randn(shape: tuple[int, ...], case: AttnCase, device: torch.device | str, g
     return torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(torch_dtype(case.dtype))
 
 
+#: The largest finite float8_e4m3fn value: a per-tensor scale maps a tensor's largest |element| to it.
+E4M3_MAX = 448.0
+
+
+def _quantised(t: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """``t`` (fp32) as e4m3 with its per-tensor scale (amax / 448, the usual choice): ``q.float() * scale ~ t``."""
+    import torch
+
+    scale = float(t.abs().max()) / E4M3_MAX or 1.0
+    return (t / scale).to(torch.float8_e4m3fn), scale
+
+
 def _lay_out(t: torch.Tensor, layout: str, batch: int) -> torch.Tensor:
     if layout == "thd":
         return t
@@ -68,12 +80,23 @@ def make_inputs(
     # back ends with different layouts can be compared element by element.
     packed = [(case.total_q, hq, dqk), (case.total_k, hk, dqk), (case.total_k, hk, dv), (case.total_q, hq, dv)]
     drawn = [_randn(s, case, device, gen) for s in packed[: 4 if case.direction == "fwd+bwd" else 3]]
+    # The forms draw after the plain tensors, so a plain case's values do not move.
+    sinks = None
+    if case.sinks:  # fp32 logits that bf16 holds exactly: FA4 takes them in bf16, FlashInfer in fp32, alike
+        sinks = torch.randn(hq, generator=gen, device=device, dtype=torch.float32).to(torch.bfloat16).float()
+    scales = (1.0, 1.0)
+    if case.kv_dtype == "fp8":
+        (drawn[1], k_scale), (drawn[2], v_scale) = (_quantised(drawn[i].float()) for i in (1, 2))
+        scales = (k_scale, v_scale)
+    if case.latent_kv:  # the values are the key's first head_dim_v columns (its own copy, contiguous)
+        drawn[2] = drawn[1][..., :dv].contiguous()
+        scales = (scales[0], scales[0])
     q, k, v, *rest = (_lay_out(t, layout, case.batch) for t in drawn)
     grad_out = rest[0] if rest else None
     if requires_grad:
         for t in (q, k, v):
             t.requires_grad_(True)
-    inputs = Inputs(q, k, v, layout, grad_out=grad_out)
+    inputs = Inputs(q, k, v, layout, grad_out=grad_out, sinks=sinks, k_scale=scales[0], v_scale=scales[1])
     if layout == "thd":
         inputs.cu_seqlens_q = _cu_seqlens(case.seqlens_q, device)
         inputs.cu_seqlens_k = _cu_seqlens(case.seqlens_k, device)

@@ -16,7 +16,7 @@ from typing import Any
 from hypothesis import note, reject
 from hypothesis import strategies as st
 
-from ..backends.base import Registry, Unsupported
+from ..backends.base import Registry, Unsupported, case_refusal
 from ..core.device import DeviceInfo
 from .example import FuzzFailure, failure_message, replay_command, run_example
 from .ledger import known_failure
@@ -175,7 +175,7 @@ class Fuzzer:
         note(f"replay: {replay_command(case, seed, self.registry.origin(name))}")
         if known_failure(case) is not None:
             reject()
-        if backend.supports(case, self.device) is not None:
+        if case_refusal(backend, case, self.device) is not None:
             reach.refused[relation] += 1
             reject()
         counter = getattr(backend, "compiled_kernels", None)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..backends.base import Backend, unavailable
+from ..backends.base import Backend, case_refusal, unavailable
 from ..core.case import AttnCase, KvCache, Mask
 from ..core.device import DeviceInfo
 from ..core.masks import prefix_lm, random_block_sparse
@@ -14,6 +14,12 @@ from .strategies import Space
 
 CPU_HEAD_DIMS = (8, 16, 24, 32, 40, 64)
 GPU_HEAD_DIMS = (16, 32, 40, 64, 72, 80, 96, 128, 256)
+#: Unequal (head_dim_qk, head_dim_v) to try: DeepSeek's (192, 128) prefill, and small odd ones on a CPU.
+CPU_DIM_PAIRS = ((24, 16), (40, 8), (192, 128))
+GPU_DIM_PAIRS = ((192, 128), (128, 64))
+#: Absorbed MLA (latent + rope, latent): DeepSeek-V3's (576, 512) on a GPU, its shape in small on a CPU.
+CPU_MLA_DIMS = ((24, 16), (48, 32))
+GPU_MLA_DIMS = ((576, 512),)
 #: A small case standing for each relation of key to query lengths.
 RELATION_PROBES: dict[str, dict[str, Any]] = {
     "self": {"seqlens_q": (8,), "seqlens_k": (8,)},
@@ -33,7 +39,7 @@ def _refusal(backend: Backend, device: DeviceInfo, **fields: Any) -> str | None:
                                 heads_kv=2, head_dim_qk=32, head_dim_v=32, dtype="bf16" if device.is_cuda else "fp32")
     base.update(fields)
     try:
-        return backend.supports(AttnCase(**base), device)
+        return case_refusal(backend, AttnCase(**base), device)
     except Exception as exc:
         return f"{type(exc).__name__}: {exc}"
 
@@ -52,9 +58,9 @@ def probe_space(
 ) -> Space | str:
     """What ``backend`` takes, found by asking its ``supports()`` about small probe cases; or why it
     cannot be fuzzed here."""
-    why = unavailable(backend, device, direction)
-    if why:
-        return why
+    early = unavailable(backend, device, direction) or _latent_only(backend, device, dtypes)  # or an MLA kernel
+    if early:
+        return early
     shape = _decode_only(backend, device)
     dt_candidates = dtypes or (("fp16", "bf16", "fp32") if device.is_cuda else ("fp32", "bf16"))
     ok_dtypes = tuple(d for d in dt_candidates if _probe(backend, device, dtype=d, head_dim_qk=64, head_dim_v=64,
@@ -90,7 +96,46 @@ def probe_space(
         by_relation=tuple(by_relation.items()),
         cache_slots="serving" in by_relation and _probe(
             backend, device, **{**plain, **RELATION_PROBES["serving"], "cache": KvCache(24, 1, 3)}),
+        **(_forms(backend, device, common) if direction == "fwd" else {}),
     )
+
+
+def _forms(backend: Backend, device: DeviceInfo, common: dict[str, Any]) -> dict[str, Any]:
+    """The :class:`Space` fields of the forms beyond plain attention that ``backend`` takes (forward only)."""
+    base = {k: v for k, v in common.items() if k not in ("head_dim_qk", "head_dim_v")}
+    pairs = GPU_DIM_PAIRS if device.is_cuda else CPU_DIM_PAIRS
+    mla = GPU_MLA_DIMS if device.is_cuda else CPU_MLA_DIMS
+    return dict(
+        sinks=_probe(backend, device, **common, sinks=True),
+        kv_fp8=common["dtype"] != "fp8" and _probe(backend, device, **common, kv_dtype="fp8"),
+        dim_pairs=tuple(p for p in pairs if _probe(backend, device, **base, head_dim_qk=p[0], head_dim_v=p[1])),
+        mla_dims=tuple(p for p in mla if _probe(backend, device, **base, heads_q=4, heads_kv=1, head_dim_qk=p[0],
+                                                head_dim_v=p[1], latent_kv=True)),
+    )
+
+
+def _latent_only(backend: Backend, device: DeviceInfo, given: tuple[str, ...] | None) -> Space | None:
+    """The space of an MLA kernel -- one that refuses a plain decode probe and takes a latent one (one latent KV
+    head, the MLA dims of this device, decode lengths, no mask or causal) -- else None."""
+    dtypes = given or (("fp16", "bf16") if device.is_cuda else ("fp32", "bf16"))
+    decode = {"seqlens_q": (1,), "seqlens_k": (8,), "heads_q": 4, "heads_kv": 1}
+    if _probe(backend, device, **decode, head_dim_qk=64, head_dim_v=64, dtype=dtypes[0]):
+        return None
+    dims = GPU_MLA_DIMS if device.is_cuda else CPU_MLA_DIMS
+
+    def takes(dtype: str, pair: tuple[int, int], **more: Any) -> bool:
+        return _probe(backend, device, **{**decode, **more}, head_dim_qk=pair[0], head_dim_v=pair[1], dtype=dtype,
+                      latent_kv=True, softmax_scale=None)
+
+    ok_dims = tuple(p for p in dims if any(takes(dt, p) for dt in dtypes))
+    if not ok_dims:
+        return None
+    ok_dtypes = tuple(dt for dt in dtypes if takes(dt, ok_dims[0]))
+    kinds = tuple(k for k in ("none", "causal") if takes(ok_dtypes[0], ok_dims[0], mask=MASKS[k]))
+    ragged = takes(ok_dtypes[0], ok_dims[0], seqlens_q=(1, 1), seqlens_k=(3, 8))
+    return Space(dtypes=ok_dtypes, head_dims=(ok_dims[0][1],), mask_kinds=kinds or ("none",), ragged=ragged, gqa=False,
+                 cross=True, q_longer=False, max_len=300 if device.is_cuda else 129, long=device.is_cuda,
+                 by_relation=(("decode", kinds or ("none",)),), mla_dims=ok_dims, latent_only=True)
 
 
 def _head_dims(backend: Backend, device: DeviceInfo, given: tuple[int, ...] | None) -> tuple[int, ...]:

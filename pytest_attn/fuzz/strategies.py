@@ -177,9 +177,22 @@ class Space:
     queries: int | None = None  # a decode-only back end: this many queries per sequence
     by_relation: tuple[tuple[str, tuple[str, ...]], ...] = ()
     cache_slots: bool = False  # serving batches may place requests in shuffled cache rows
+    # the forms beyond plain attention (forward only), each drawn for half the cases where the back end takes it
+    sinks: bool = False  # a sink logit per query head
+    kv_fp8: bool = False  # an fp8 KV cache with per-tensor scales
+    dim_pairs: tuple[tuple[int, int], ...] = ()  # unequal (head_dim_qk, head_dim_v), e.g. DeepSeek's (192, 128)
+    mla_dims: tuple[tuple[int, int], ...] = ()  # absorbed MLA (latent + rope, latent), one latent KV head
+    latent_only: bool = False  # an MLA kernel (FlashMLA, FlashInfer's MLA): every case drawn is latent
 
     def __post_init__(self) -> None:
         _check_subset("dtypes", self.dtypes, DTYPES)
+        for name in ("dim_pairs", "mla_dims"):
+            pairs = getattr(self, name)
+            if any(len(p) != 2 or min(p) < 1 for p in pairs):
+                raise InvalidArgument(f"{name}={pairs!r} must be (head_dim_qk, head_dim_v) pairs of positive ints")
+        if any(dv >= d for d, dv in self.mla_dims):
+            raise InvalidArgument(f"mla_dims={self.mla_dims!r}: each latent (head_dim_v) must be under its key's"
+                                  " head_dim_qk (latent + rope)")
         _check_subset("mask_kinds", self.mask_kinds, MASK_KINDS)
         if not self.head_dims or any(d < 1 for d in self.head_dims):
             raise InvalidArgument(f"head_dims={self.head_dims!r} must be one or more positive ints")
@@ -225,10 +238,22 @@ def attn_cases(
     if relation != "cross":  # only cross-attention has more queries than keys
         sk = tuple(max(q, k) for q, k in zip(sq, sk, strict=True))
     hq, hkv = draw(head_layouts(gqa=space.gqa))
-    d = draw(st.sampled_from(space.head_dims))
-    dv = draw(st.sampled_from(space.head_dims)) if space.head_dim_v_differs else d
+    forward = direction == "fwd"
+    latent = forward and bool(space.mla_dims) and (space.latent_only or draw(st.booleans()))
+    if latent:  # many query heads over one latent KV head
+        hq, hkv = draw(st.integers(1, 16)), 1
+        d, dv = draw(st.sampled_from(space.mla_dims))
+    elif bool(space.dim_pairs) and draw(st.booleans()):
+        d, dv = draw(st.sampled_from(space.dim_pairs))
+    else:
+        d = draw(st.sampled_from(space.head_dims))
+        dv = draw(st.sampled_from(space.head_dims)) if space.head_dim_v_differs else d
+    dtype = draw(st.sampled_from(space.dtypes))
+    sinks = forward and space.sinks and draw(st.booleans())
+    kv_fp8 = forward and space.kv_fp8 and dtype != "fp8" and draw(st.booleans())
     return AttnCase(
         backend=backend, shape="fuzz", seqlens_q=sq, seqlens_k=sk, heads_q=hq, heads_kv=hkv, head_dim_qk=d,
-        head_dim_v=dv, dtype=draw(st.sampled_from(space.dtypes)), mask=draw(masks(kinds=kinds_by[relation])),
+        head_dim_v=dv, dtype=dtype, mask=draw(masks(kinds=kinds_by[relation])),
         direction=direction, softmax_scale=draw(softmax_scales()), cache=cache,
+        sinks=sinks, latent_kv=latent, kv_dtype="fp8" if kv_fp8 else None,
     )

@@ -7,6 +7,10 @@ fused kernel's own summation order and fast ``exp`` differ from plain math by a 
 place (seen on an H200: SDPA's efficient kernel at 5.8e-7 where fp32 math erred by 1.9e-7). A real
 bug (a wrong mask or head mapping) errs by 0.01 to 1. NaN or Inf never pass.
 
+An fp8 (e4m3) KV cache: the reference dequantises it exactly (``k_fp8 * k_scale`` in fp64), and "the same
+math in the case's dtype" dequantises it in the query's dtype -- the quantisation is the input's, not the
+kernel's error (``docs/fuzzing.md``).
+
 * :func:`check_rows` -- sampled rows, before every benchmarked call is timed (the gradients':
   :func:`.grad_check.check_grad_rows`). Rows that see no key are left out there: each back end's
   behaviour on them is checked by the fuzzer.
@@ -23,7 +27,15 @@ from ..core.case import AttnCase
 from ..core.flops import visible_keys_per_row
 from ..core.layouts import Inputs, sequence, torch_dtype
 from ..core.record import Check
-from .reference import BWD_RATIO, FWD_RATIO, attention_and_grads, attention_rows, error_floor, output_rounding_term
+from .reference import (
+    BWD_RATIO,
+    FWD_RATIO,
+    Extras,
+    attention_and_grads,
+    attention_rows,
+    error_floor,
+    output_rounding_term,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -172,8 +184,8 @@ def check_rows(
         q, k, v = (sequence(t, inputs.layout, case, index, w).detach()
                    for t, w in ((inputs.q, "q"), (inputs.k, "k"), (inputs.v, "k")))
         rows = torch.tensor(rows_list, device=q.device)
-        ref = attention_rows(q, k, v, case, rows, torch.float64)
-        lowp = attention_rows(q, k, v, case, rows, lowp_dtype)
+        ref = attention_rows(q, k, v, case, rows, torch.float64, Extras.of(inputs))
+        lowp = attention_rows(q, k, v, case, rows, lowp_dtype, Extras.of(inputs))
         got = sequence(out, out_layout, case, index, "q").detach()[rows]
         problem = worst.add(got, ref, lowp, index, rows_list, "row")
         if problem is not None:
@@ -307,9 +319,10 @@ def _check_sequence(case: AttnCase, inputs: Inputs, out: torch.Tensor, layout: s
     q, k, v = (sequence(t, inputs.layout, case, i, w) for t, w in ((inputs.q, "q"), (inputs.k, "k"), (inputs.v, "k")))
     g_out = None if grads is None or inputs.grad_out is None else sequence(inputs.grad_out, inputs.layout, case, i,
                                                                             "q")
-    ref = attention_and_grads(q, k, v, case, torch.float64, g_out)
+    extras = Extras.of(inputs)
+    ref = attention_and_grads(q, k, v, case, torch.float64, g_out, extras)
     low = attention_and_grads(q, k, v, case, torch_dtype(case.dtype) if case.dtype != "fp8" else torch.bfloat16,
-                              g_out)
+                              g_out, extras)
     got = [sequence(out, layout, case, i, "q").detach()]
     if grads is not None:
         got += [sequence(g, inputs.layout, case, i, w).detach() for g, w in zip(grads, "qkk", strict=True)]

@@ -2,7 +2,10 @@
 
 Explicit ``softmax(q k^T * scale + mask) v`` per sequence, GQA by repeating kv heads,
 computed in a wider dtype. Fully masked rows (bottom-right causal with ``seqlen_q > seqlen_k``)
-give 0, as flash-attn writes.
+give 0, as flash-attn writes. The case's forms (:data:`pytest_attn.core.case.FORMS`): a sink logit per
+query head is one more softmax column whose value is 0; a latent KV case takes its values from the key's
+first ``head_dim_v`` columns; an fp8 KV cache is dequantised (``k.to(dtype) * k_scale``) in the dtype
+the math runs in -- exact in fp64, so the quantisation is the input's, never the kernel's error.
 
 The error rule that compares a back end with it lives in :mod:`pytest_attn.oracle.checks`;
 :func:`error_floor` and :func:`output_rounding_term` here are its two exact ingredients.
@@ -10,6 +13,7 @@ The error rule that compares a back end with it lives in :mod:`pytest_attn.oracl
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..core.case import AttnCase
@@ -41,6 +45,29 @@ def error_floor(dtype: str, *, grad: bool = False) -> float:
     return float(torch.finfo(torch_dtype(dtype)).eps)
 
 
+@dataclass(frozen=True)
+class Extras:
+    """What a case's inputs add to q, k and v (:class:`~pytest_attn.core.layouts.Inputs`): the sink logits
+    (``(heads_q,)``, fp32) and the per-tensor scales of an fp8 KV cache."""
+
+    sinks: torch.Tensor | None = None
+    k_scale: float = 1.0
+    v_scale: float = 1.0
+
+    @classmethod
+    def of(cls, inputs: Inputs) -> Extras:
+        return cls(inputs.sinks, inputs.k_scale, inputs.v_scale)
+
+
+PLAIN = Extras()
+
+
+def _dequantised(t: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor:
+    """``t`` in ``dtype``, times its per-tensor scale (an fp8 KV cache's; 1 otherwise, and then untouched)."""
+    out = t.to(dtype)
+    return out if scale == 1.0 else out * scale
+
+
 def attention_rows(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -48,19 +75,24 @@ def attention_rows(
     case: AttnCase,
     rows: torch.Tensor | None,
     compute_dtype: torch.dtype,
+    extras: Extras = PLAIN,
 ) -> torch.Tensor:
     """Attention of one sequence (``q (sq, hq, d)``, ``k, v (sk, hk, d)``) for the query ``rows``
-    (all when None), computed in ``compute_dtype``; returns ``(rows, hq, dv)`` in ``compute_dtype``."""
+    (all when None), computed in ``compute_dtype``; returns ``(rows, hq, dv)`` in ``compute_dtype``.
+    A latent KV case reads its values from ``k`` (``v`` is not used)."""
     import torch
 
     group = case.heads_q // case.heads_kv
-    vc = v.to(compute_dtype).repeat_interleave(group, dim=1)
-    return torch.einsum("hqk,khd->qhd", probabilities(q, k, case, rows, compute_dtype), vc)
+    kc = _dequantised(k, extras.k_scale, compute_dtype)
+    vc = kc[..., : case.head_dim_v] if case.latent_kv else _dequantised(v, extras.v_scale, compute_dtype)
+    vc = vc.repeat_interleave(group, dim=1)
+    return torch.einsum("hqk,khd->qhd", probabilities(q, kc, case, rows, compute_dtype, extras.sinks), vc)
 
 
 def probabilities(q: torch.Tensor, k: torch.Tensor, case: AttnCase, rows: torch.Tensor | None,
-                  compute_dtype: torch.dtype) -> torch.Tensor:
-    """``softmax(q k^T * scale + mask)`` of one sequence, ``(hq, rows, sk)``; rows that see no key are 0."""
+                  compute_dtype: torch.dtype, sinks: torch.Tensor | None = None) -> torch.Tensor:
+    """``softmax(q k^T * scale + mask)`` of one sequence, ``(hq, rows, sk)``; rows that see no key are 0.
+    With ``sinks`` (one logit per query head) each row's denominator also has ``exp(sink_h)``."""
     import torch
 
     sq, sk = q.shape[0], k.shape[0]
@@ -70,12 +102,17 @@ def probabilities(q: torch.Tensor, k: torch.Tensor, case: AttnCase, rows: torch.
     if rows is not None:
         qc = qc[rows]
     scores = torch.einsum("qhd,khd->hqk", qc, kc) * case.scale
-    if case.mask.kind == "none":
-        return torch.softmax(scores, dim=-1)
-    visible = dense_mask(case.mask, sq, sk, q.device, rows)
-    empty = ~visible.any(dim=-1, keepdim=True)  # rows with no visible key give 0 (as flash-attn)
-    scores = scores.masked_fill(~visible, float("-inf")).masked_fill(empty, 0.0)
-    return torch.softmax(scores, dim=-1).masked_fill(empty, 0.0)  # finite gradients everywhere
+    empty = None
+    if case.mask.kind != "none":
+        visible = dense_mask(case.mask, sq, sk, q.device, rows)
+        empty = ~visible.any(dim=-1, keepdim=True)  # rows with no visible key give 0 (as flash-attn)
+        scores = scores.masked_fill(~visible, float("-inf")).masked_fill(empty, 0.0)
+    if sinks is None:
+        probs = torch.softmax(scores, dim=-1)
+    else:  # the sink is one more column of the softmax, whose value is 0
+        column = sinks.to(device=scores.device, dtype=compute_dtype)[:, None, None].expand(*scores.shape[:2], 1)
+        probs = torch.softmax(torch.cat([scores, column], dim=-1), dim=-1)[..., :-1]
+    return probs if empty is None else probs.masked_fill(empty, 0.0)  # finite gradients everywhere
 
 
 def reference_attention(inputs: Inputs, case: AttnCase, compute_dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -94,19 +131,21 @@ def reference_attention(inputs: Inputs, case: AttnCase, compute_dtype: torch.dty
         parts = []
         for start in range(0, sq, block):
             rows = torch.arange(start, min(sq, start + block), device=q.device)
-            parts.append(attention_rows(q, k, v, case, rows, compute))
+            parts.append(attention_rows(q, k, v, case, rows, compute, Extras.of(inputs)))
         outs.append(torch.cat(parts))
     return torch.cat(outs).to(torch_dtype(case.dtype))
 
 
 def attention_and_grads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, case: AttnCase, dtype: torch.dtype,
-                        grad_out: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+                        grad_out: torch.Tensor | None, extras: Extras = PLAIN) -> tuple[torch.Tensor, ...]:
     """Output of one sequence in ``dtype`` and, with ``grad_out``, its dq, dk, dv."""
     import torch
 
-    lq, lk, lv = (t.detach().to(dtype).requires_grad_(grad_out is not None) for t in (q, k, v))
+    # an fp8 KV cache goes in as it is: attention_rows dequantises it in ``dtype``
+    lq, lk, lv = (t.detach() if t.dtype == torch.float8_e4m3fn else t.detach().to(dtype).requires_grad_(
+        grad_out is not None) for t in (q, k, v))
     with torch.enable_grad():
-        out = attention_rows(lq, lk, lv, case, None, dtype)
+        out = attention_rows(lq, lk, lv, case, None, dtype, extras)
         if grad_out is None:
             return (out.detach(),)
         dq, dk, dv = torch.autograd.grad(out, (lq, lk, lv), grad_out.to(dtype))

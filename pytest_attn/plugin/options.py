@@ -328,7 +328,7 @@ def given(config: pytest.Config) -> list[str]:
 
 
 # Per-case sampling time cap by profile (seconds); --attn-max-time overrides it.
-DEFAULT_MAX_TIME_S = {"smoke": 2.0, "default": 3.0, "full": 5.0, "cpu": 0.5, "sustained": 2.0}
+DEFAULT_MAX_TIME_S = {"smoke": 2.0, "default": 3.0, "full": 5.0, "cpu": 0.5, "sustained": 2.0, "models-2026": 3.0}
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..core.device import DeviceInfo
+from ..core.flops import MLA_CONVENTION
 from ..core.record import Peers, Record
 from ..core.sustained import ranking_change
 from .layout import fit_table, printable, wrap
@@ -316,6 +317,9 @@ def _header(results: Sequence[Record], device: DeviceInfo | None, reference: str
             f" speedup = {reference}'s median / this one's (n/a where {reference} did not run);"
             " of ceil = share of the measured ceiling of its bound (matmul in its dtype, or copy)"
         )
+        if any(r.figures.flops_convention == MLA_CONVENTION for r in results):
+            lines.append("latent (MLA) cases: FlashMLA's convention (2*(d_qk+d_v) per query-key pair per head, every"
+                         " pair; bytes read the latent cache once), as FlashMLA's published figures count")
         check = timing_check_line(results)
         if check:
             lines.append(check)

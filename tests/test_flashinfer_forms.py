@@ -1,0 +1,150 @@
+"""FlashInfer's paged decode with sinks and an fp8 KV cache, without the library: a stand-in ``flashinfer`` whose
+``BatchDecodeWithPagedKVCacheWrapper`` takes ``plan()`` and ``run()`` as FlashInfer 0.7.2 documents them (``run(q,
+pages, k_scale=, v_scale=, sinks=)``), reads each request's keys through the page indices it was planned with, and
+computes in float64. The fuzzer's check judges what the adapter passes."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import types
+from typing import ClassVar
+
+import pytest
+from factories import CPU, H100
+
+torch = pytest.importorskip("torch")
+
+from pytest_attn.backends.base import refusal  # noqa: E402
+from pytest_attn.backends.flashinfer_paged import FlashInferDecode  # noqa: E402
+from pytest_attn.core.case import AttnCase, Mask  # noqa: E402
+from pytest_attn.fuzz.example import run_example  # noqa: E402
+from pytest_attn.oracle.reference import Extras, attention_rows  # noqa: E402
+
+
+class Decode:
+    """``BatchDecodeWithPagedKVCacheWrapper`` as it takes its arguments; ``forget`` leaves one out on purpose."""
+
+    calls: ClassVar[list] = []
+    forget = ""
+
+    def __init__(self, workspace, kv_layout="NHD", use_tensor_cores=False):
+        assert kv_layout == "NHD"
+
+    def plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size,
+             pos_encoding_mode="NONE", window_left=-1, logits_soft_cap=None, q_data_type=torch.float16,
+             kv_data_type=None, sm_scale=None):
+        self.planned = (indptr.tolist(), indices.tolist(), last_page_len.tolist(), num_qo_heads, page_size)
+        self.kv_data_type, self.sm_scale = kv_data_type, sm_scale
+
+    def run(self, q, paged_kv_cache, *args, q_scale=None, k_scale=None, v_scale=None, out=None, lse=None,
+            return_lse=False, enable_pdl=None, window_left=None, sinks=None):
+        k_pages, v_pages = paged_kv_cache
+        assert k_pages.dtype == self.kv_data_type, "the pages hold what plan() was told"
+        if sinks is not None:
+            assert sinks.shape == (q.shape[1],)
+        Decode.calls.append({"sinks": sinks, "k_scale": k_scale, "v_scale": v_scale})
+        if self.forget:
+            sinks = None if self.forget == "sinks" else sinks
+            k_scale = None if self.forget == "k_scale" else k_scale
+        indptr, indices, last, heads, page = self.planned
+        outs = []
+        for b in range(q.shape[0]):
+            pages = indices[indptr[b]:indptr[b + 1]]
+            n = (len(pages) - 1) * page + last[b]
+            keys, values = (t[pages].reshape(-1, *t.shape[2:])[:n] for t in (k_pages, v_pages))
+            one = AttnCase(backend="fake", shape="fake", seqlens_q=(1,), seqlens_k=(n,), heads_q=heads,
+                           heads_kv=keys.shape[1], head_dim_qk=keys.shape[2], head_dim_v=values.shape[2],
+                           dtype="fp32", softmax_scale=self.sm_scale)
+            extras = Extras(sinks, k_scale if k_scale is not None else 1.0, v_scale if v_scale is not None else 1.0)
+            outs.append(attention_rows(q[b:b + 1], keys, values, one, None, torch.float64, extras).to(q.dtype))
+        return torch.cat(outs)
+
+
+@pytest.fixture
+def flashinfer(monkeypatch):
+    Decode.calls, Decode.forget = [], ""
+    monkeypatch.setitem(sys.modules, "flashinfer", types.SimpleNamespace(BatchDecodeWithPagedKVCacheWrapper=Decode,
+                                                                         __version__="0.7.2.post1"))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)  # the stand-in runs on the CPU
+    return Decode
+
+
+def _case(**more):
+    fields = dict(backend="flashinfer-decode-p16", shape="fuzz", seqlens_q=(1, 1, 1), seqlens_k=(5, 33, 17),
+                  heads_q=8, heads_kv=2, head_dim_qk=64, head_dim_v=64, dtype="bf16", mask=Mask.causal())
+    return AttnCase(**{**fields, **more})
+
+
+@pytest.mark.parametrize("forms", [dict(sinks=True), dict(kv_dtype="fp8"), dict(sinks=True, kv_dtype="fp8")],
+                         ids=["sinks", "fp8-kv", "both"])
+def test_decode_passes_sinks_and_fp8_scales_and_matches_the_oracle(flashinfer, forms):
+    case = _case(**forms)
+    check = run_example(case, FlashInferDecode(16), CPU, seed=2)
+    assert check.ok, check.describe(case)
+    call = flashinfer.calls[-1]
+    assert (call["sinks"] is not None) == case.sinks and (call["k_scale"] is not None) == bool(case.kv_dtype)
+    if case.kv_dtype:
+        assert call["k_scale"] != 1.0 and call["v_scale"] != 1.0
+
+
+@pytest.mark.parametrize(("forms", "forget"), [(dict(sinks=True), "sinks"), (dict(kv_dtype="fp8"), "k_scale")])
+def test_a_kernel_that_drops_one_is_caught(flashinfer, forms, forget):
+    flashinfer.forget = forget
+    assert not run_example(_case(**forms), FlashInferDecode(16), CPU, seed=2).ok
+
+
+def test_flashinfer_paged_takes_the_forms_and_says_what_it_does_not():
+    decode = FlashInferDecode(16)
+    assert decode.forms == ("sinks", "fp8-kv")
+    assert decode.supports(_case(sinks=True, kv_dtype="fp8"), H100) is None
+    latent = dataclasses.replace(_case(), heads_kv=1, head_dim_qk=576, head_dim_v=512, latent_kv=True)
+    assert "FlashInfer's kernels are built for head dims 64, 128, 256 (got 576/512)" in refusal(decode, latent, H100) \
+        or refusal(decode, latent, H100).startswith("FlashInfer is not installed")
+
+
+class Ragged:
+    """``BatchPrefillWithRaggedKVCacheWrapper`` as 0.7.2 takes it: ``plan(qo_indptr, kv_indptr, num_qo_heads,
+    num_kv_heads, head_dim_qk, head_dim_vo=None, ...)``; it checks v's width against what it was planned for."""
+
+    planned: ClassVar[dict] = {}
+
+    def __init__(self, workspace, kv_layout="NHD"):
+        pass
+
+    def plan(self, qo_indptr, kv_indptr, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo=None,
+             custom_mask=None, packed_custom_mask=None, causal=False, pos_encoding_mode="NONE",
+             use_fp16_qk_reduction=False, window_left=-1, logits_soft_cap=None, sm_scale=None, rope_scale=None,
+             rope_theta=None, q_data_type="float16", kv_data_type=None, o_data_type=None):
+        Ragged.planned.update(qo=qo_indptr.tolist(), kv=kv_indptr.tolist(), dv=head_dim_vo or head_dim_qk,
+                              causal=causal, scale=sm_scale)
+
+    def run(self, q, k, v):
+        p = Ragged.planned
+        assert v.shape[-1] == p["dv"], "v is as wide as plan() was told"
+        outs = []
+        for b in range(len(p["qo"]) - 1):
+            qs, ks = slice(p["qo"][b], p["qo"][b + 1]), slice(p["kv"][b], p["kv"][b + 1])
+            one = AttnCase(backend="fake", shape="fake", seqlens_q=(qs.stop - qs.start,),
+                           seqlens_k=(ks.stop - ks.start,), heads_q=q.shape[1], heads_kv=k.shape[1],
+                           head_dim_qk=q.shape[2], head_dim_v=v.shape[2], dtype="fp32", softmax_scale=p["scale"],
+                           mask=Mask.causal() if p["causal"] else Mask.none())
+            outs.append(attention_rows(q[qs], k[ks], v[ks], one, None, torch.float64).to(q.dtype))
+        return torch.cat(outs)
+
+
+def test_ragged_prefill_takes_deepseeks_192_128_through_head_dim_vo(monkeypatch):
+    from pytest_attn.backends.flashinfer import FlashInferRagged
+
+    monkeypatch.setitem(sys.modules, "flashinfer", types.SimpleNamespace(BatchPrefillWithRaggedKVCacheWrapper=Ragged))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    backend = FlashInferRagged()
+    case = AttnCase(backend=backend.name, shape="fuzz", seqlens_q=(5, 9), seqlens_k=(5, 9), heads_q=4, heads_kv=2,
+                    head_dim_qk=192, head_dim_v=128, dtype="bf16", mask=Mask.causal())
+    assert backend.supports(case, H100) is None
+    check = run_example(case, backend, CPU, seed=3)
+    assert check.ok, check.describe(case)
+    assert Ragged.planned["dv"] == 128
+    other = dataclasses.replace(case, head_dim_qk=128, head_dim_v=64)
+    assert backend.supports(other, H100) == ("FlashInfer's kernels are built for head dims 64, 128, 256, and"
+                                             " (192, 128) here (got 128/64)")
