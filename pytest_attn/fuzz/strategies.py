@@ -9,8 +9,10 @@ plus a few long ones when asked for.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
@@ -26,6 +28,24 @@ MASK_KINDS: tuple[str, ...] = ("none", "causal", "window", "blocksparse", "prefi
 RELATIONS: tuple[str, ...] = ("self", "prefix", "decode", "cross", "serving")
 #: Cache lengths around the page sizes (FlashInfer 16, flash-attn 256), where paged kernels go wrong.
 PAGE_EDGES: tuple[int, ...] = (15, 16, 17, 31, 32, 33, 255, 256, 257)
+
+
+T = TypeVar("T")
+
+
+def _made(factory: Callable[..., st.SearchStrategy[T]], *args: Any, **kwargs: Any) -> st.SearchStrategy[T]:
+    """The strategy ``factory(*args, **kwargs)`` makes, made once: Hypothesis validates a strategy object the first
+    time it is drawn from, and a fresh one at every draw spent 3 of 8 CPU-s of a fuzz run on that (py-spy)."""
+    try:
+        hash((args, tuple(kwargs.items())))
+    except TypeError:  # a list in a hand-made Space: made each time
+        return factory(*args, **kwargs)
+    return _made_once(factory, *args, **kwargs)
+
+
+@functools.lru_cache(maxsize=1024)
+def _made_once(factory: Callable[..., st.SearchStrategy[T]], *args: Any, **kwargs: Any) -> st.SearchStrategy[T]:
+    return factory(*args, **kwargs)
 
 
 def _check_positive(name: str, value: int) -> None:
@@ -69,8 +89,8 @@ def varlen_lengths(
     _check_positive("max_len", max_len)
     _check_subset("relations", relations, RELATIONS)
     count = draw(st.integers(1, max_seqs))
-    relation = draw(st.sampled_from(list(relations)))
-    one = lengths(max_len=max_len, long=long)
+    relation = draw(_made(st.sampled_from, tuple(relations)))
+    one = _made(lengths, max_len=max_len, long=long)
 
     def pair() -> tuple[int, int]:
         if relation == "self":
@@ -109,14 +129,14 @@ def kv_cache_batches(
     _check_positive("max_len", max_len)
     count = draw(st.integers(1, max_seqs))
     appends = [0, 1] if queries == 1 else [1, 0, 2, 4]
-    append = draw(st.sampled_from([a for a in appends if a <= max_len]))
+    append = draw(_made(st.sampled_from, tuple(a for a in appends if a <= max_len)))
     q = append or (queries or draw(st.integers(1, min(4, max_len))))
-    edges = [n for n in (0, 1, *PAGE_EDGES, *(LONG_LENGTHS if long else ())) if n + append <= max_len]
-    one = st.one_of(st.sampled_from(edges), st.integers(0, max_len - append))
+    edges = tuple(n for n in (0, 1, *PAGE_EDGES, *(LONG_LENGTHS if long else ())) if n + append <= max_len)
+    one = _made(st.one_of, _made(st.sampled_from, edges), st.integers(0, max_len - append))
     cached = [draw(one) for _ in range(count)]
     seqlens_k = tuple(max(n + append, q) for n in cached)  # at least as many keys as queries
-    room = draw(st.one_of(st.just(0), st.integers(1, 64)))
-    rows = draw(st.one_of(st.just(0), st.integers(count, count + 3))) if slots else 0
+    room = draw(_made(st.one_of, st.just(0), st.integers(1, 64)))
+    rows = draw(_made(st.one_of, st.just(0), st.integers(count, count + 3))) if slots else 0
     cache = KvCache(max(seqlens_k) + room, append, rows, "fuzz")
     return (q,) * count, seqlens_k, cache
 
@@ -225,35 +245,35 @@ def attn_cases(
     if relations is not None:
         _check_subset("relations", relations, list(kinds_by))
         kinds_by = {r: kinds_by[r] for r in relations}
-    relation = draw(st.sampled_from(list(kinds_by)))
+    relation = draw(_made(st.sampled_from, tuple(kinds_by)))
     cache = None
     if relation == "serving":
-        sq, sk, cache = draw(kv_cache_batches(max_seqs=space.max_seqs, max_len=space.max_len, long=space.long,
-                                              slots=space.cache_slots, queries=space.queries))
+        sq, sk, cache = draw(_made(kv_cache_batches, max_seqs=space.max_seqs, max_len=space.max_len,
+                                   long=space.long, slots=space.cache_slots, queries=space.queries))
     else:
-        sq, sk = draw(varlen_lengths(max_seqs=space.max_seqs, max_len=space.max_len, long=space.long,
-                                     ragged=space.ragged, relations=(relation,)))
+        sq, sk = draw(_made(varlen_lengths, max_seqs=space.max_seqs, max_len=space.max_len, long=space.long,
+                            ragged=space.ragged, relations=(relation,)))
     if space.queries is not None:
         sq = (space.queries,) * len(sq)
     if relation != "cross":  # only cross-attention has more queries than keys
         sk = tuple(max(q, k) for q, k in zip(sq, sk, strict=True))
-    hq, hkv = draw(head_layouts(gqa=space.gqa))
+    hq, hkv = draw(_made(head_layouts, gqa=space.gqa))
     forward = direction == "fwd"
     latent = forward and bool(space.mla_dims) and (space.latent_only or draw(st.booleans()))
     if latent:  # many query heads over one latent KV head
         hq, hkv = draw(st.integers(1, 16)), 1
-        d, dv = draw(st.sampled_from(space.mla_dims))
+        d, dv = draw(_made(st.sampled_from, space.mla_dims))
     elif bool(space.dim_pairs) and draw(st.booleans()):
-        d, dv = draw(st.sampled_from(space.dim_pairs))
+        d, dv = draw(_made(st.sampled_from, space.dim_pairs))
     else:
-        d = draw(st.sampled_from(space.head_dims))
-        dv = draw(st.sampled_from(space.head_dims)) if space.head_dim_v_differs else d
-    dtype = draw(st.sampled_from(space.dtypes))
+        d = draw(_made(st.sampled_from, space.head_dims))
+        dv = draw(_made(st.sampled_from, space.head_dims)) if space.head_dim_v_differs else d
+    dtype = draw(_made(st.sampled_from, space.dtypes))
     sinks = forward and space.sinks and draw(st.booleans())
     kv_fp8 = forward and space.kv_fp8 and dtype != "fp8" and draw(st.booleans())
     return AttnCase(
         backend=backend, shape="fuzz", seqlens_q=sq, seqlens_k=sk, heads_q=hq, heads_kv=hkv, head_dim_qk=d,
-        head_dim_v=dv, dtype=dtype, mask=draw(masks(kinds=kinds_by[relation])),
-        direction=direction, softmax_scale=draw(softmax_scales()), cache=cache,
+        head_dim_v=dv, dtype=dtype, mask=draw(_made(masks, kinds=tuple(kinds_by[relation]))),
+        direction=direction, softmax_scale=draw(_made(softmax_scales)), cache=cache,
         sinks=sinks, latent_kv=latent, kv_dtype="fp8" if kv_fp8 else None,
     )
