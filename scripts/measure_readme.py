@@ -50,8 +50,8 @@ def readme_gpu_commands() -> tuple[Timed, ...]:
 
 
 CPU = (
-    Timed("pytest tests/", "the plugin's own tests", repeat=2),
-    Timed('pytest tests/ -m "not slow"', "without the tests that start pytest subprocesses"),
+    Timed("pytest tests/", "the plugin's own tests: the fast tier", repeat=2),
+    Timed("pytest tests/ -m e2e", "the end-to-end tier (real processes, transformers)"),
     Timed("pytest suites/", "the CPU profile", before="rm -rf .benchmarks"),
     Timed("pytest suites/ -n 2", "the CPU profile, two processes"),
     Timed("pytest suites/test_fuzz_varlen.py", "the CPU fuzz run (ci profile)"),
