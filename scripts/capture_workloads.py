@@ -1,11 +1,11 @@
-"""Capture the shipped workloads (``workloads/*.workload.json``) from model code built from published configs,
-with no weights downloaded: the models are built on PyTorch's ``meta`` device (shapes only, no memory, no
+"""Capture the shipped workloads (``pytest_attn/workloads/*.workload.json``) from model code built from published
+configs, with no weights downloaded: the models are built on PyTorch's ``meta`` device (shapes only, no memory, no
 arithmetic), so a step of an 8B model captures in seconds on a CPU. Every SDPA call sees the same shapes it
 would on a GPU; the capture records shapes, never values.
 
     pip install -e .[capture]                     # transformers
-    python scripts/capture_workloads.py workloads/  # all three
-    python scripts/capture_workloads.py workloads/ --only llama3-8b
+    python scripts/capture_workloads.py pytest_attn/workloads/  # all three
+    python scripts/capture_workloads.py pytest_attn/workloads/ --only llama3-8b
 
 * ``llama3-8b``: Llama-3-8B (transformers' LlamaForCausalLM, SDPA attention, bf16): a prefill of 4 prompts of
   2,048 tokens, then 128 greedy decode steps through the model's own KV cache.

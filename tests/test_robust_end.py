@@ -152,6 +152,9 @@ def run(pytester, monkeypatch):
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
 
     def session(*extra: str, **kwargs):
+        # A Ctrl-C as a terminal delivers it: a test process started in the background (`cmd &` in a script)
+        # inherits SIGINT ignored, and the planted one never arrived
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             return pytester.runpytest(*ARGS, *extra, no_reraise_ctrlc=True, **kwargs)
         except KeyboardInterrupt:

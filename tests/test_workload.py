@@ -121,7 +121,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize(("name", "records", "calls"), [("llama3-8b", 129, 32 * 129), ("qwen2.5-7b", 129, 28 * 129),
                                                         ("hunyuan-video-dit", 1, 60)])
 def test_the_shipped_workloads_load_and_every_record_replays(name, records, calls):
-    w = load_workload(ROOT / "workloads" / f"{name}.workload.json")
+    w = load_workload(ROOT / "pytest_attn" / "workloads" / f"{name}.workload.json")
     r = replay(w, name)
     assert (len(w.records), sum(rec.count for rec in w.records), len(r.variants), r.refused) == (records, calls,
                                                                                                 records, ())
@@ -134,4 +134,4 @@ def test_the_capture_script_rewrites_the_dit_workload_as_shipped(tmp_path):
     spec.loader.exec_module(script)
     assert script.main([str(tmp_path), "--only", "hunyuan-video-dit"]) == 0
     name = "hunyuan-video-dit.workload.json"
-    assert load_workload(tmp_path / name) == load_workload(ROOT / "workloads" / name)
+    assert load_workload(tmp_path / name) == load_workload(ROOT / "pytest_attn" / "workloads" / name)

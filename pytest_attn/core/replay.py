@@ -93,8 +93,8 @@ def replay(workload: Workload, origin: str) -> Replay:
     return Replay(origin, workload, tuple(variants), tuple(refused))
 
 
-#: The shipped workloads of a source checkout (``workloads/`` beside the package), replayed by name.
-SHIPPED = Path(__file__).resolve().parents[2] / "workloads"
+#: The shipped workloads (package data: ``pytest_attn/workloads/``), replayed by name wherever pytest-attn is installed.
+SHIPPED = Path(__file__).resolve().parents[1] / "workloads"
 
 
 def shipped() -> list[str]:
