@@ -14,10 +14,28 @@ Each is forward only and shows in the case's group id:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from .case import AttnCase
+
+class WithForms(Protocol):
+    """What :func:`form_problem` reads of a case (:class:`~.case.AttnCase`, which imports this module)."""
+
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def direction(self) -> str: ...
+    @property
+    def head_dim_qk(self) -> int: ...
+    @property
+    def head_dim_v(self) -> int: ...
+    @property
+    def sinks(self) -> bool: ...
+    @property
+    def latent_kv(self) -> bool: ...
+    @property
+    def kv_dtype(self) -> str | None: ...
+    @property
+    def forms(self) -> tuple[str, ...]: ...
 
 #: KV-cache dtypes other than the case's own (``kv_dtype``): e4m3 with a per-tensor scale.
 KV_DTYPES: tuple[str, ...] = ("fp8",)
@@ -32,7 +50,7 @@ class CaseError(ValueError):
     """An invalid case; the message names the field and the value."""
 
 
-def form_problem(case: AttnCase) -> str | None:
+def form_problem(case: WithForms) -> str | None:
     """Why ``case``'s forms are invalid (naming the field), or None."""
     for name in ("sinks", "latent_kv"):
         if not isinstance(getattr(case, name), bool):
