@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -118,6 +119,8 @@ def _kept_outside_the_checkout() -> None:
     if not os.environ.get("PYTHONPYCACHEPREFIX"):
         os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
         os.environ["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")
+        if sys.pycache_prefix is None:  # this process too: with -n 0 it rewrites every test module itself (~6 CPU-s)
+            sys.pycache_prefix, sys.dont_write_bytecode = str(folder / "pycache"), False
 
 
 @pytest.fixture(autouse=True)
@@ -175,6 +178,21 @@ def _share_with_child_sessions() -> None:
         session.cpu_gflops = _once(session.cpu_gflops)
     _read_plugin_entry_points_once()
     _rewrite_each_test_source_once()
+    _shorter_warm_ups()
+
+
+def _shorter_warm_ups() -> None:
+    """A child session warms each real case up for at least 0.01 s, not the plugin's 0.05 s: what a test reads of a
+    warm-up (that it settles, what the summary says of it) holds, and the rule itself is tested with explicit values
+    (test_stopping.py, test_sampling.py). The six files of child sessions: 53 -> 42 CPU-s."""
+    import inspect
+
+    from pytest_attn.engine.stopping import WarmupRule
+
+    names = list(inspect.signature(WarmupRule).parameters)  # every field has a default: one per parameter
+    defaults = list(WarmupRule.__init__.__defaults__ or ())
+    defaults[names.index("min_time_s")] = 0.01
+    WarmupRule.__init__.__defaults__ = tuple(defaults)
 
 
 def _read_plugin_entry_points_once() -> None:
