@@ -43,6 +43,10 @@ def _made(factory: Callable[..., st.SearchStrategy[T]], *args: Any, **kwargs: An
     return _made_once(factory, *args, **kwargs)
 
 
+#: One object: Hypothesis makes a new ``just`` at each call, which would miss :func:`_made`'s cache every time.
+_ZERO = st.just(0)
+
+
 @functools.lru_cache(maxsize=1024)
 def _made_once(factory: Callable[..., st.SearchStrategy[T]], *args: Any, **kwargs: Any) -> st.SearchStrategy[T]:
     return factory(*args, **kwargs)
@@ -135,8 +139,8 @@ def kv_cache_batches(
     one = _made(st.one_of, _made(st.sampled_from, edges), st.integers(0, max_len - append))
     cached = [draw(one) for _ in range(count)]
     seqlens_k = tuple(max(n + append, q) for n in cached)  # at least as many keys as queries
-    room = draw(_made(st.one_of, st.just(0), st.integers(1, 64)))
-    rows = draw(_made(st.one_of, st.just(0), st.integers(count, count + 3))) if slots else 0
+    room = draw(_made(st.one_of, _ZERO, st.integers(1, 64)))
+    rows = draw(_made(st.one_of, _ZERO, st.integers(count, count + 3))) if slots else 0
     cache = KvCache(max(seqlens_k) + room, append, rows, "fuzz")
     return (q,) * count, seqlens_k, cache
 
