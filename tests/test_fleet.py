@@ -12,7 +12,7 @@ from factories import H200, record
 
 from pytest_attn.core.record import Record
 from pytest_attn.verdicts.baseline import add_repeat
-from pytest_attn.verdicts.decision import gpu_notes
+from pytest_attn.verdicts.decision import gpu_notes, own_gpu_note
 from pytest_attn.verdicts.fleet import ALLOWANCE, FleetNoise, center, gpu_factor, spread
 from pytest_attn.verdicts.rule import Noise, Thresholds, compare
 from pytest_attn.verdicts.runs import Bench, bench_of, benches
@@ -117,14 +117,40 @@ def test_gpus_that_differ_by_4_percent_do_not_call_3_percent_slower_and_gpus_tha
     assert all(out[f"c{i}"].verdict == "SAME" for i in range(1, 20))
 
 
-def test_a_run_on_a_gpu_of_the_baseline_carries_less_gpu_noise_than_one_on_another():
-    base = _fleet_baseline({"GPU-a": [1e-3, 1.002e-3], "GPU-b": [1.01e-3, 1.012e-3]})
-    on_a = compare(base, {"odd": _run("odd", 1.001e-3, "GPU-a")}, Thresholds(), Noise.of(base, {}))
-    on_new = compare(base, {"odd": _run("odd", 1.001e-3, "GPU-new")}, Thresholds(), Noise.of(base, {}))
-    a = next(c for c in on_a if c.name == "odd")
-    new = next(c for c in on_new if c.name == "odd")
-    assert 0 < a.gpu_noise < new.gpu_noise
-    assert new.gpu_noise / a.gpu_noise == pytest.approx(math.sqrt(1.5 / 0.5))  # (1 + 1/2) against (1 - 1/2)
+def test_a_run_on_a_gpu_of_the_baseline_is_compared_with_that_gpu_s_own_repeats():
+    # GPU-b runs the case 4 % slower than GPU-a: a run on GPU-b 3 % over its own repeats is a 3 % change, not 5 %
+    base = _fleet_baseline({"GPU-a": [1e-3, 1.002e-3], "GPU-b": [1.04e-3, 1.042e-3]})
+    on_b = next(c for c in compare(base, {"odd": _run("odd", 1.041e-3 * 1.03, "GPU-b")}, Thresholds(),
+                                   Noise.of(base, {})) if c.name == "odd")
+    assert on_b.own_repeats == 2 and on_b.gpu_noise == 0 and on_b.gpu_source == ""
+    assert own_gpu_note([on_b]) == ["1 case(s) compared with the repeats this GPU measured (2-2 each): its own offset"
+                                    " cancels, so no between-GPU noise is added (the baseline's other GPUs are left"
+                                    " out for them)"]
+    assert on_b.change == pytest.approx(0.03, abs=1e-9)
+    assert on_b.verdict == "SLOWER"
+    # the same median on a GPU the baseline never saw is judged against the centre, with tau x sqrt(1 + 1/2)
+    on_new = next(c for c in compare(base, {"odd": _run("odd", 1.041e-3 * 1.03, "GPU-new")}, Thresholds(),
+                                     Noise.of(base, {})) if c.name == "odd")
+    assert on_new.own_repeats == 0 and on_new.verdict == "AMBIGUOUS" and own_gpu_note([on_new]) == []
+    # one repeat of this GPU is not enough to stand alone: one odd run must not decide
+    one = _fleet_baseline({"GPU-a": [1e-3, 1.002e-3], "GPU-b": [1.04e-3]})
+    on_one = next(c for c in compare(one, {"odd": _run("odd", 1.04e-3, "GPU-b")}, Thresholds(), Noise.of(one, {}))
+                  if c.name == "odd")
+    assert on_one.own_repeats == 0 and on_one.gpu_noise > 0
+    assert on_new.change == pytest.approx(1.041e-3 * 1.03 / base["odd"].median_s - 1)
+    tau = math.sqrt(spread([1e-3, 1.002e-3, 1.04e-3, 1.042e-3], ["a", "a", "b", "b"]).tau_sq_raw)
+    assert on_new.gpu_noise == pytest.approx(3 * math.sqrt(max(0, tau**2 - 0.0025**2 / 2)) * math.sqrt(1.5),
+                                             rel=0.05)
+
+
+def test_a_gpu_of_the_baseline_reads_the_clock_of_its_own_repeats():
+    base = _fleet_baseline({"GPU-a": [1e-3, 1e-3], "GPU-b": [1e-3, 1e-3]})
+    stored = base["odd"]
+    clocks = (1500.0, 1500.0, 1900.0, 1900.0)
+    base["odd"] = dataclasses.replace(stored, repeats_clock_mhz=clocks, sm_clock_mhz=1700.0)
+    run = dataclasses.replace(_run("odd", 1e-3, "GPU-b"), sm_clock_mhz=1900.0)
+    got = next(c for c in compare(base, {"odd": run}, Thresholds(), Noise.of(base, {})) if c.name == "odd")
+    assert got.own_repeats == 2 and got.cycles_change == pytest.approx(0.0) and got.verdict == "SAME"
 
 
 def test_a_one_gpu_baseline_takes_the_allowance_for_another_gpu_and_says_what_would_sharpen_it():

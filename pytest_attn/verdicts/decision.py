@@ -73,6 +73,15 @@ def refusal(base: dict[str, Any], name: str, fp: Fingerprint) -> tuple[str | Non
     return None, [f"baseline {name} has no fingerprint: it cannot be checked to be from this device"]
 
 
+def own_gpu_note(comparisons: Sequence[Comparison]) -> list[str]:
+    """How many cases were compared with this run's own GPU's repeats alone (none: nothing to say)."""
+    own = [c.own_repeats for c in comparisons if c.own_repeats]
+    if not own:
+        return []
+    return [f"{len(own)} case(s) compared with the repeats this GPU measured ({min(own)}-{max(own)} each): its own"
+            " offset cancels, so no between-GPU noise is added (the baseline's other GPUs are left out for them)"]
+
+
 def gpu_notes(comparisons: Sequence[Comparison], shown: int = 4) -> list[str]:
     """Which cases the between-GPU noise holds back -- their noise band reaches half the threshold only because
     of it -- and what would sharpen them: repeats from more GPUs of the model in the baseline."""
@@ -116,7 +125,7 @@ def gate(records: Sequence[Record], base: dict[str, Any], name: str, fp: Fingerp
     notes = [*said, *(printable(n) for n in notes)]
     if old:
         notes.append(noise.describe())
-    notes += gpu_notes(comparisons)
+    notes += own_gpu_note(comparisons) + gpu_notes(comparisons)
     lines = terminal_lines(comparisons, name, notes, width)
     failing = regressions(comparisons, fail_on)
     failed = f"failed: {counts(failing)} (--attn-fail-on={','.join(v.lower() for v in fail_on)})"

@@ -16,6 +16,11 @@ GPUs is rough, and GPUs of one or two hosts cannot rule out that another host's 
 largest of: the case's own, the ``tau`` pooled over the baseline's cases of its class (its back end's compute- or
 memory-bound cases), and :data:`ALLOWANCE`, measured across hosts (docs/gpu-validation.md, the stored-baseline
 gate). A baseline with one GPU per case has only the allowance.
+
+A run on a GPU the baseline holds repeats of is compared with those repeats where that is the sharper reference
+(:func:`own_repeats`; :meth:`.rule.Noise.reference`): its own offset then cancels, and only the between-run noise
+is left. A fleet that adds each runner's runs to its baseline gates every runner so: a 5 % slowdown read as +2.5 %
+on a host that runs the case 2.5 % faster than the baseline's centre (docs/gpu-validation.md).
 """
 
 from __future__ import annotations
@@ -100,6 +105,31 @@ def spread(values: Sequence[float], gpus: Sequence[str]) -> Spread:
         mean = sum(medians) / len(medians)
         tau_sq = sum((m - mean) ** 2 for m in medians) / (len(medians) - 1)
     return Spread(tuple(groups), tuple(len(vs) for vs in groups.values()), run, tau_sq)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The baseline figure a run is compared with, and its noise (relative, as standard deviations)."""
+
+    median_s: float
+    cycles: float | None  # time x SM clock where the repeats' clocks are known
+    sigma: float  # of the figure itself: within and between runs
+    gpu_sigma: float  # between this run's GPU and the figure's
+    gpu_source: str  # where ``gpu_sigma`` came from: "own", "pooled", "allowance" ("" where none)
+    own_repeats: int = 0  # > 0: the repeats of this run's own GPU, alone
+
+
+def own_repeats(values: Sequence[float], gpus: Sequence[str], gpu: str | None,
+                clocks: Sequence[float] = ()) -> tuple[int, float, float | None] | None:
+    """The repeats ``gpu`` measured among ``values``: how many, their median, and their median of time x clock
+    (MHz, where ``clocks`` has one per repeat; else None) -- or None where the GPU is unknown or measured none."""
+    if not gpu or len(gpus) != len(values):
+        return None
+    mine = [i for i, g in enumerate(gpus) if g == gpu and values[i] > 0]
+    if not mine:
+        return None
+    cycles = median([values[i] * clocks[i] * 1e6 for i in mine]) if len(clocks) == len(values) else None
+    return len(mine), median([values[i] for i in mine]), cycles
 
 
 def gpu_factor(spread_: Spread, current_gpu: str | None) -> float:

@@ -27,7 +27,9 @@ captured, no CUPTI): it says what differs and what to do, and fails the run by d
 A side's noise is ``sqrt(within^2 + between^2 / K)`` (K repeats averaged; a baseline over several GPUs: the mean
 of its GPUs' medians), the change's noise ``sigma = sqrt(base^2 + current^2 + gpus^2)``, ``gpus`` the spread
 between this run's GPU and the baseline's (:mod:`.fleet`: measured from a baseline's repeats on several GPUs, else
-an allowance measured on real hosts) -- and with the threshold ``t`` (default 5 %) and ``Z`` = 3:
+an allowance measured on real hosts). A run on a GPU that measured two repeats or more is compared with them alone
+where that is sharper (``base^2 = within^2 + between^2 / k``, no ``gpus`` term; :meth:`Noise.reference`) -- and
+with the threshold ``t`` (default 5 %) and ``Z`` = 3:
 
 * SLOWER when the change is at least ``max(Z * sigma, t / 2)``: beyond what noise does, and at least
   half the threshold (a paired A/B, :mod:`.ab.paired`, 5/8 of it) -- FASTER the mirror image;
@@ -59,7 +61,7 @@ from dataclasses import dataclass, field
 
 from ..core.percent import parse_percent
 from ..core.stats import OUTLIER_FACTOR, Z95, median, times_off
-from .fleet import FleetNoise, gpu_factor, spread
+from .fleet import FleetNoise, Reference, gpu_factor, own_repeats, spread
 from .runs import Bench
 from .verdict import DEFAULT_FAIL_ON, ORDER, Verdict
 
@@ -69,6 +71,7 @@ Z = 3.0
 ASSUMED_RUN_NOISE = 0.01  # between-run noise of one GPU run's median when the baseline measured none
 ASSUMED_CPU_RUN_NOISE = 0.05  # the same on a CPU (shared machines, frequency scaling)
 FLOOR = 0.0025  # between-run noise is never taken as less than this
+OWN_LEAST = 2  # repeats of a run's own GPU that may stand alone as its reference: one odd run must not decide
 CLOCK_STEP = 0.01  # an SM clock move under this (about one 15 MHz step at 1.5-2 GHz) is not taken as one
 
 
@@ -151,6 +154,22 @@ class Noise:
         tau, source = self.fleet.tau(b.backend, b.bound, s.tau(between))
         return tau, gpu_factor(s, c.gpu), source
 
+    def reference(self, b: Bench, c: Bench, between: float) -> Reference:
+        """What ``c`` is compared with: the baseline's centre over its GPUs, or -- where the baseline holds repeats of
+        ``c``'s GPU and that is sharper -- those repeats alone (its own offset then cancels). The choice follows
+        the noise estimates only, never the medians."""
+        tau, factor, source = self.gpu(b, c, between)
+        centre = Reference(b.median_s, b.cycles, side_sigma(b, between), tau * math.sqrt(factor), source)
+        mine = own_repeats(b.repeats_s, b.repeats_gpu, c.gpu, b.repeats_clock_mhz) if self.fleet else None
+        if mine is None or mine[0] < OWN_LEAST:
+            return centre
+        count, median_s, cycles = mine
+        within = b.spread / Z95 if math.isfinite(b.spread) else 1.0
+        own = math.sqrt(within**2 + between**2 / count)
+        if own**2 >= centre.sigma**2 + centre.gpu_sigma**2:
+            return centre
+        return Reference(median_s, cycles, own, 0.0, "", count)
+
     def describe(self) -> str:
         if self.pooled is None:
             run = (f"between-run noise assumed {self.assumed:.1%} per run (no repeats recorded: to measure it, add"
@@ -219,6 +238,7 @@ class Comparison:
     in_time: str = ""  # the verdict of the time alone, before the clock cycles were consulted
     gpu_noise: float = 0.0  # Z x the between-GPU part of sigma (0: the same GPU, a CPU, no baseline repeats)
     gpu_source: str = ""  # where that part came from: "own" (this case's GPUs), "pooled" (its class's), "allowance"
+    own_repeats: int = 0  # > 0: compared with that many repeats of this run's own GPU alone (no between-GPU part)
 
     @property
     def entry(self) -> Bench:
@@ -252,14 +272,14 @@ def _clock_note(change: float, cycles_change: float, clock: float, moved: str, c
     return f"{head}: {moved} and took the time over that line; the code's own part is the change in cycles"
 
 
-def _consult_cycles(in_time: Verdict, change: float, cycles_change: float, b: Bench, c: Bench, sigma: float,
+def _consult_cycles(in_time: Verdict, change: float, cycles_change: float, base_mhz: float, c: Bench, sigma: float,
                     threshold: float) -> tuple[Verdict, str]:
     """The verdict once the clock cycles are consulted (see the module), and the note when they changed
     it ("" when not): CLOCK for a SLOWER (FASTER) that is not one in cycles; AMBIGUOUS for a SAME whose
     clock rose by a step while in cycles it is slower and not SAME."""
     in_cycles = verdict(cycles_change, sigma, threshold)
-    clock = c.sm_clock_mhz / b.sm_clock_mhz - 1  # type: ignore[operator]
-    moved = f"the SM clock moved {clock:+.1%} ({b.sm_clock_mhz:.0f} -> {c.sm_clock_mhz:.0f} MHz)"
+    clock = c.sm_clock_mhz / base_mhz - 1  # type: ignore[operator]
+    moved = f"the SM clock moved {clock:+.1%} ({base_mhz:.0f} -> {c.sm_clock_mhz:.0f} MHz)"
     if in_time in (Verdict.SLOWER, Verdict.FASTER) and in_cycles != in_time:
         return Verdict.CLOCK, _clock_note(change, cycles_change, clock, moved, c, sigma, threshold)
     if in_time == Verdict.SAME and clock >= CLOCK_STEP and cycles_change > 0 and in_cycles != Verdict.SAME:
@@ -319,9 +339,9 @@ def _compare_one(name: str, b: Bench, c: Bench, thresholds: Thresholds, noise: N
         return Comparison(name, Verdict.AMBIGUOUS, b, c, change, threshold, notes=(odd,))
     between = noise.between(b, c)
     host = host_noise(b, c)
-    tau, factor, source = noise.gpu(b, c, between)
-    gpu_sigma = tau * math.sqrt(factor)
-    sigma = math.hypot(side_sigma(b, between), side_sigma(c, between), gpu_sigma, host)
+    ref = noise.reference(b, c, between)
+    change, gpu_sigma = c.median_s / ref.median_s - 1, ref.gpu_sigma
+    sigma = math.hypot(ref.sigma, side_sigma(c, between), gpu_sigma, host)
     in_time = verdict(change, sigma, threshold)
     result, notes = in_time, []
     if host:
@@ -330,15 +350,16 @@ def _compare_one(name: str, b: Bench, c: Bench, thresholds: Thresholds, noise: N
         notes.append(f"timed by events, {host:.1%} of which the GPU sat idle while the host launched the call"
                      f"{unrecorded}: that part moves with the host's speed and load, and is counted as noise"
                      " (unpinned, such a call is timed by its kernels: record the baseline again to gate it so)")
-    cycles_change = c.cycles / b.cycles - 1 if b.cycles and c.cycles else None
+    cycles_change = c.cycles / ref.cycles - 1 if ref.cycles and c.cycles else None
     if cycles_change is not None:
-        result, why = _consult_cycles(in_time, change, cycles_change, b, c, sigma, threshold)
+        base_mhz = ref.cycles / ref.median_s / 1e6 if ref.own_repeats and ref.cycles else b.sm_clock_mhz
+        result, why = _consult_cycles(in_time, change, cycles_change, base_mhz or 0.0, c, sigma, threshold)
         notes += [why] if why else []
     for side, bench in (("baseline", b), ("this run", c)):
         if not bench.converged:
             notes.append(f"{side} did not converge (time cap; its median's 95% CI is +-{bench.spread:.1%})")
     return Comparison(name, result, b, c, change, threshold, Z * sigma, cycles_change, tuple(notes), in_time,
-                      Z * gpu_sigma, source if gpu_sigma else "")
+                      Z * gpu_sigma, ref.gpu_source if gpu_sigma else "", ref.own_repeats)
 
 
 def compare(base: Mapping[str, Bench], cur: Mapping[str, Bench], thresholds: Thresholds,
