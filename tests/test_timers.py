@@ -300,7 +300,10 @@ def test_a_long_call_with_the_host_in_its_events_figure_is_timed_by_its_kernels(
     estimate, why, by_kernels = measure.call_estimate(warm, lambda: None, H200, timers.GRAPH_THRESHOLD_S)
     assert by_kernels and estimate == 6.64e-3 and "the GPU idles 6% of the call while the host launches" in why
     assert warm.host_gap == pytest.approx(1 - 6.64 / 7.04)  # into the record: the gate counts it for events
-    kernels["s"] = 6.9e-3  # 2 % under the events reading
+    kernels["s"] = 6.9e-3  # 2 % under the events reading: HunyuanVideo's and skewed varlen's 1.5-2.7 % on an H200
+    estimate, why, by_kernels = measure.call_estimate(warm, lambda: None, H200, timers.GRAPH_THRESHOLD_S)
+    assert by_kernels and estimate == 6.9e-3 and "the GPU idles 2% of the call" in why
+    kernels["s"] = 6.99e-3  # 0.7 % under it: events stay
     estimate, why, by_kernels = measure.call_estimate(warm, lambda: None, H200, timers.GRAPH_THRESHOLD_S)
     assert not by_kernels and estimate == 7.04e-3
 
