@@ -210,6 +210,32 @@ def test_a_repeat_taken_by_another_timer_is_refused():
                                " be the same quantity)")
 
 
+def test_restart_retimed_starts_a_retimed_case_over_from_the_new_runs(tmp_path):
+    """After an upgrade that times a case otherwise (events with the host's gaps -> its kernels), the stored repeats
+    cannot take the new runs: ``--restart-retimed`` drops them and the case starts over from the first new run, the
+    next adds to it; the other cases gain repeats as usual, and the saving line names what restarted."""
+    from pytest_attn.verdicts.baseline import add_runs
+    from pytest_attn.verdicts.cli import main
+    from pytest_attn.verdicts.runs import benches
+
+    def fingerprinted(run: dict) -> dict:
+        return {**run, "machine_info": {"attn_fingerprint": fingerprint_of(H200).as_dict()}}
+
+    path = tmp_path / "baseline.json"
+    old = _record_run()
+    for bench in old["benchmarks"]:
+        bench["extra_info"]["timing"]["timer"], bench["extra_info"]["timing"]["calls_per_sample"] = "cuda-event", 1
+    save_baseline(path, old, fingerprint_of(H200))
+    said = add_runs(path, [("a.json", fingerprinted(_record_run()))])[0]
+    assert "refused for 2 case(s)" in said and "--restart-retimed" in said  # without it: kept as stored
+    (tmp_path / "a.json").write_text(json.dumps(fingerprinted(_record_run())))
+    (tmp_path / "b.json").write_text(json.dumps(fingerprinted(_record_run(1.01))))
+    code = main(["baseline", "add", str(path), str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--restart-retimed"])
+    assert code == 0
+    stored = benches(json.loads(path.read_text()))
+    assert all(b.pin.timer == "kernel-sum" and len(b.repeats_s) == 2 for b in stored.values())
+
+
 @pytest.mark.parametrize("content, says", [
     (b"\x1f\x8b\x08\x00junk", "is gzip-compressed"),
     ('{"benchmarks": []}'.encode("utf-16"), "is UTF-16 text"),

@@ -185,7 +185,7 @@ def stored_device(run: dict[str, Any]) -> str | None:
 
 
 def save_baseline(path: Path, run: dict[str, Any], fingerprint: Fingerprint, *, force: bool = False,
-                  add: bool = False) -> str:
+                  add: bool = False, restart_retimed: bool = False) -> str:
     """Write ``run`` as the baseline at ``path`` (atomically, under a lock); returns what was done. Refuses
     (raises :class:`BaselineError`) to replace a baseline of another device, or a corrupt one, unless
     ``force``. With ``add``, ``run`` joins the stored baseline as one more repeat (:func:`add_repeat`)."""
@@ -207,7 +207,7 @@ def save_baseline(path: Path, run: dict[str, Any], fingerprint: Fingerprint, *, 
                     raise BaselineError(f"no baseline at {path} to add a repeat to; record one first with"
                                         " --attn-save-baseline")
                 _may_replace(path, fingerprint, force=False)
-                data, added, refused = add_repeat(load_baseline(path), data)
+                data, added, refused = add_repeat(load_baseline(path), data, restart_retimed=restart_retimed)
                 note = f" (a repeat added to {added} cases){_refused_note(refused)}"
             else:
                 note = _may_replace(path, fingerprint, force)
@@ -259,15 +259,17 @@ def _write(path: Path, data: dict[str, Any]) -> None:
                             " Free space (or give --attn-baselines-dir a folder with room) and rerun") from None
 
 
-def add_repeat(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any], int, list[str]]:
+def add_repeat(old: dict[str, Any], new: dict[str, Any], *, restart_retimed: bool = False,
+               ) -> tuple[dict[str, Any], int, list[str]]:
     """``new`` (a run) added to the stored baseline ``old`` as one more independent repeat: each case in
     both keeps the median of every repeat (``timing.repeats_s`` of its record), the GPU that measured it
     (``timing.repeats_gpu``: the between-GPU spread is read from them, :mod:`.fleet`) and its SM clock
     (``clocks.repeats_sm_clock_mhz``, where every repeat recorded one), and is gated on the mean of its GPUs'
     medians (:func:`.fleet.center`); cases only in ``old`` stay as they were. A case whose new median is more than
     :data:`~pytest_attn.core.stats.OUTLIER_FACTOR` times off its stored repeats' median is not added to:
-    it stays as stored, and is named in the third item returned (with both medians). Returns the merged
-    run, how many cases gained a repeat, and those refused."""
+    it stays as stored, and is named in the third item returned (with both medians). One timed by another timer
+    is refused too, or with ``restart_retimed`` starts over from ``new`` (named, :data:`RESTARTED`). Returns the
+    merged run, how many cases gained a repeat, and those refused or restarted."""
     stored = {(b.get("fullname") or b.get("name")): b for b in old["benchmarks"]}
     merged, added, refused = [], 0, []
     for bench in new["benchmarks"]:
@@ -283,9 +285,11 @@ def add_repeat(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any]
         pin = _stored_pin(before)
         if pin is not None and (pin.timer, pin.calls_per_sample) != (record.timing.timer,
                                                                     record.timing.calls_per_sample):
-            refused.append(f"{name}: timed by {record.timing.pin.describe()} here, by {pin.describe()} in the stored"
+            refused.append(f"{RESTARTED}{name}: timed by {record.timing.pin.describe()} (its {len(stored_repeats)}"
+                           f" stored repeat(s), by {pin.describe()}, dropped)" if restart_retimed else
+                           f"{name}: timed by {record.timing.pin.describe()} here, by {pin.describe()} in the stored"
                            " repeats (a repeat must be the same quantity)")
-            merged.append(before)
+            merged.append(_first_repeat(bench, record) if restart_retimed else before)  # restarted: starts over
             continue
         if times_off(record.median_s, reference) > OUTLIER_FACTOR:
             refused.append(f"{name}: {record.median_s * 1e3:.4g} ms, {_how_far(record.median_s, reference)} the stored"
@@ -305,11 +309,21 @@ def add_repeat(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any]
     return {**new, "benchmarks": merged}, added, refused
 
 
-def add_runs(path: Path, runs: list[tuple[str, dict[str, Any]]]) -> list[str]:
+def _first_repeat(bench: dict[str, Any], record: Record) -> dict[str, Any]:
+    """``bench`` as a case's first repeat: its median, GPU and clock as the repeats that later runs add to."""
+    record = dataclasses.replace(
+        record, timing=dataclasses.replace(record.timing, repeats_s=(record.median_s,),
+                                           repeats_gpu=(record.device.uuid or "",)),
+        clocks=dataclasses.replace(record.clocks, repeats_sm_clock_mhz=_all_known((record.clocks.sm_clock_mhz,), 1)))
+    return {**bench, "extra_info": record.to_json()}
+
+
+def add_runs(path: Path, runs: list[tuple[str, dict[str, Any]]], *, restart_retimed: bool = False) -> list[str]:
     """Saved runs (``--benchmark-json`` files of the baseline's selection, from other GPUs or hosts of its model)
     added to the baseline at ``path`` as repeats, each tagged with the GPU that measured it; the first run
     records the baseline where there is none. A run without a fingerprint, or of another device, is refused
-    before anything is written. Returns what was done, a line per run."""
+    before anything is written. ``restart_retimed``: see :func:`add_repeat`. Returns what was done, a line per run.
+    """
     checked = []
     for where, run in runs:
         check_run(run, where)
@@ -323,7 +337,7 @@ def add_runs(path: Path, runs: list[tuple[str, dict[str, Any]]]) -> list[str]:
     lines = []
     for where, run, fingerprint in checked:
         add = path.exists()
-        lines.append(f"{where}: {save_baseline(path, run, fingerprint, add=add)}")
+        lines.append(f"{where}: {save_baseline(path, run, fingerprint, add=add, restart_retimed=restart_retimed)}")
     return lines
 
 
@@ -336,16 +350,27 @@ def _how_far(value: float, reference: float) -> str:
     return f"{value / reference:.3g}x" if value > reference else f"1/{reference / value:.3g} of"
 
 
-def _refused_note(refused: list[str], shown: int = 10) -> str:
+#: How :func:`add_repeat` marks a case it restarted among those it did not add to.
+RESTARTED = "restarted: "
+
+
+def _refused_note(lines: list[str], shown: int = 10) -> str:
     """The cases :func:`add_repeat` did not add to, for the saving line."""
+    restarted = [line.removeprefix(RESTARTED) for line in lines if line.startswith(RESTARTED)]
+    refused = [line for line in lines if not line.startswith(RESTARTED)]
+    note = ""
+    if restarted:
+        more = [f"  ... and {len(restarted) - shown} more"] if len(restarted) > shown else []
+        note = "\n".join([f"; {len(restarted)} case(s) restarted from this run (--restart-retimed): their stored"
+                          " repeats were taken by another timer", *(f"  {line}" for line in restarted[:shown]), *more])
     if not refused:
-        return ""
+        return note
     more = [f"  ... and {len(refused) - shown} more"] if len(refused) > shown else []
-    return "\n".join([
+    return (note + "\n" if note else "") + "\n".join([
         f"; refused for {len(refused)} case(s): their median here is more than {OUTLIER_FACTOR:g}x off the stored"
         " repeats' (a busy machine, another build, a throttled GPU?), or was taken by another timer. They keep their"
         " stored repeats. Rerun --attn-add-to-baseline; if this run is right and the stored one odd, record anew"
-        " with --attn-save-baseline:",
+        " with --attn-save-baseline (another timer: pytest-attn baseline add --restart-retimed):",
         *(f"  {line}" for line in refused[:shown]), *more])
 
 

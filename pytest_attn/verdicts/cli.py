@@ -93,6 +93,11 @@ def _parser() -> argparse.ArgumentParser:
                               description=BASELINE)
     add.add_argument("baseline", type=Path, help="the baseline file (created from the first run where missing)")
     add.add_argument("files", nargs="+", type=Path, help="--benchmark-json files of the baseline's selection")
+    add.add_argument("--restart-retimed", action="store_true",
+                     help="a case these runs timed by another timer (or calls per sample) than its stored repeats"
+                          " starts over from them, its stored repeats dropped (else it is refused and kept as"
+                          " stored): after an upgrade that times some cases otherwise, run unpinned"
+                          " (--attn-baseline=off)")
     recover = sub.add_parser("recover", help="turn the journal of a run that died into a run's JSON, marked partial",
                              description=RECOVER)
     recover.add_argument("journal", nargs="?", type=Path, metavar="JOURNAL",
@@ -104,7 +109,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def baseline(args: argparse.Namespace, out: list[str]) -> int:
     runs = [(str(path), read_json(path, "run")) for path in args.files]
-    out.extend(add_runs(args.baseline, runs))
+    out.extend(add_runs(args.baseline, runs, restart_retimed=args.restart_retimed))
     return OK
 
 
