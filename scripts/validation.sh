@@ -14,6 +14,10 @@
 #   bash scripts/validation.sh OUT_DIR fleet2  # the same again, with 5 % injected on the run named inject5
 #   bash scripts/validation.sh OUT_DIR final   # 5 % injected, the README's first GPU command (the smoke profile),
 #                                              # and two clean runs, against the baseline now in the checkout
+#   FLEET=DIR bash scripts/validation.sh OUT_DIR own   # after a `fleet` wave into DIR: each GPU runs the selection
+#       again (its second clean run); then GPUs 1 and 2 add their two runs to a copy of the baseline and run 5 %
+#       injected against it (gated on their own repeats), GPU 3 runs 5 % injected against the baseline as it is (a
+#       GPU it never saw), GPU 4 the README's first GPU command
 #
 # Runs start in the order listed. With fewer GPUs than runs a wave takes longer than one device call: give LIMIT_S
 # less, or run the named runs only: RUNS="clean1 aa-decode". Each run is stopped at LIMIT_S seconds (default 540)
@@ -50,6 +54,21 @@ elif [ "$wave" = 3 ]; then
   run[slow2-p1]="$prefill --attn-ab=same,same+slowdown=2% -k 'hunyuan and not fwdbwd'"
   run[sustained2]="$sustained; python3 scripts/sustained_check.py \$OUTDIR/run.json"
   run[hbm]="$pt examples/triton_attention --attn-profile=smoke --attn-backends=triton-example,sdpa-cudnn -k prefill --attn-hbm=llama --benchmark-json=\$OUTDIR/run.json --attn-report=\$OUTDIR/report"
+elif [ "$wave" = own ]; then
+  fleet="${FLEET:?the own wave needs FLEET=DIR, the OUT_DIR of a fleet wave}"
+  case "$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0)" in  # the committed baseline of this GPU model
+    *H200*) base=baselines/nvidia-h200/baseline.json ;; *) base=baselines/nvidia-h100-80gb-hbm3/baseline.json ;;
+  esac
+  base="${BASELINE:-$PWD/$base}"
+  whole="$pt $suites \$SEL"
+  clean="$whole --benchmark-json=\$OUTDIR/run.json --attn-report=\$OUTDIR/report"
+  inject="$whole --attn-inject-slowdown=5% --benchmark-json=\$OUTDIR/inject.json --attn-report=\$OUTDIR/report-inject"
+  order="g1 g2 g3 g4"
+  for i in 1 2; do
+    run[g$i]="$clean; cp $base \$OUTDIR/base.json && python3 -m pytest_attn.verdicts baseline add \$OUTDIR/base.json $fleet/g$i/run.json \$OUTDIR/run.json && $inject --attn-baseline=\$OUTDIR/base.json"
+  done
+  run[g3]="$clean; $inject"
+  run[g4]="$clean; $pt suites/ --attn-profile=smoke --attn-report=\$OUTDIR/report-smoke"
 elif [ "$wave" = fleet ] || [ "$wave" = fleet2 ] || [ "$wave" = final ]; then
   whole="$pt $suites \$SEL --benchmark-json=\$OUTDIR/run.json --attn-report=\$OUTDIR/report"
   order="g1 g2 g3 g4"
@@ -59,7 +78,7 @@ elif [ "$wave" = fleet ] || [ "$wave" = fleet2 ] || [ "$wave" = final ]; then
   for name in g1 g2 g3 g4; do run[$name]="$whole"; done
   run[inject5]="$whole --attn-inject-slowdown=5%"
 else
-  echo "validation.sh: wave $wave is not 1, 2, 3, fleet, fleet2 or final" >&2; exit 2
+  echo "validation.sh: wave $wave is not 1, 2, 3, fleet, fleet2, own or final" >&2; exit 2
 fi
 args=()
 for name in ${RUNS:-$order}; do
