@@ -120,6 +120,49 @@ def test_wrong_output_fails_with_the_worst_element():
         run_case(case("fake"), FakeBackend(top_left), CPU, FAST)
 
 
+def _bottom_right(inputs):
+    import torch.nn.functional as F
+
+    sq, sk = inputs.q.shape[-2], inputs.k.shape[-2]
+    mask = torch.ones(sq, sk, dtype=torch.bool).tril(diagonal=sk - sq)
+    return F.scaled_dot_product_attention(inputs.q, inputs.k, inputs.v, attn_mask=mask, enable_gqa=True)
+
+
+def test_a_wrong_output_an_adapter_knows_for_a_library_bug_is_a_skip_that_says_so():
+    """SDPA's memory-efficient kernel with an attn_mask past 2^32 elements (pytorch/pytorch#187227) gives wrong rows:
+    a back end that names the bug for the case turns its wrong output into a skip naming it and what was measured;
+    a right output is measured as any (the library fixed); a wrong output it names no bug for still fails."""
+
+    def top_left(inputs):
+        import torch.nn.functional as F
+
+        return F.scaled_dot_product_attention(inputs.q, inputs.k, inputs.v, is_causal=True, enable_gqa=True)
+
+    class Known(FakeBackend):
+        def known_wrong(self, c):
+            return "a known bug in the library (issue 1)" if c.max_seqlen_k == 48 else None
+
+    with pytest.raises(CaseSkipped, match=r"^a known bug in the library \(issue 1\)\. Measured here: .*wrong output"):
+        run_case(case("fake"), Known(top_left), CPU, FAST)
+    with pytest.raises(CaseFailed, match="wrong output before timing"):
+        run_case(AttnCase.dense(backend="fake", shape="tiny", batch=2, seqlen_q=32, seqlen_k=40, heads_q=4, heads_kv=2,
+                                head_dim=16, dtype="fp32", mask=Mask.causal()), Known(top_left), CPU, FAST)
+    assert run_case(case("fake"), Known(_bottom_right), CPU, FAST).median_s > 0
+
+
+def test_sdpa_efficient_names_the_mask_offset_bug_from_2_to_the_32_mask_elements():
+    efficient, mask = SdpaBackend("efficient"), SdpaBackend("efficient", force_mask=True)
+    hunyuan = AttnCase.dense(backend="sdpa-efficient-mask", shape="hunyuan-video", batch=1, seqlen_q=111_856,
+                             heads_q=24, head_dim=128, dtype="bf16", mask=Mask.causal())
+    said = mask.known_wrong(hunyuan)
+    assert said and "pytorch/pytorch#187227" in said and "from 2^32 / 111856 = 38397 on" in said
+    assert efficient.known_wrong(hunyuan) is None  # is_causal: no mask tensor to read
+    under = AttnCase.dense(backend="sdpa-efficient-mask", shape="s", batch=1, seqlen_q=65_536, seqlen_k=65_535,
+                           heads_q=1, head_dim=64, dtype="bf16", mask=Mask.causal())
+    assert mask.known_wrong(under) is None
+    assert SdpaBackend("math", force_mask=True).known_wrong(hunyuan) is None
+
+
 def test_backend_error_fails_the_case_and_releases_its_tensors():
     backend = FakeBackend(lambda inputs: (_ for _ in ()).throw(RuntimeError("CUDA error: an illegal memory access")))
     with pytest.raises(CaseFailed, match="fake-tiny-fp32-causal-fwd: its forward raised RuntimeError: CUDA error") \

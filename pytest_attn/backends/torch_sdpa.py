@@ -44,6 +44,11 @@ def _mask_plan(case: AttnCase, force_mask: bool = False) -> str:
     return "attn_mask"
 
 
+#: The memory-efficient kernel's row offset into an attn_mask is 32-bit unsigned: past this many elements of one
+#: (batch, head) slice it wraps (pytorch/pytorch#187227; 80,000 tokens: rows from 53,687 wrong by up to 1.4 on an
+#: H100, scripts/probe_efficient_mask.py)
+MASK_OFFSET_WRAPS = 2**32
+
 #: SDPA kernels that take a float attn_mask, and so sinks (:func:`with_sink_column`)
 SINK_KERNELS = ("math", "efficient")
 NO_SINKS = ("SDPA's flash kernel takes no attn_mask, and a sink logit needs one (one more key, biased by the"
@@ -136,6 +141,17 @@ class SdpaBackend:
             if device.compute_capability and device.compute_capability < (8, 0):
                 return "SDPA's cuDNN kernel needs sm80 or newer"
         return None
+
+    def known_wrong(self, case: AttnCase) -> str | None:
+        """Why a wrong output of this case is a known PyTorch bug (:func:`..engine.runner.known_wrong`), or None."""
+        if self.kernel != "efficient" or _mask_plan(case, self.force_mask) != "attn_mask":
+            return None
+        columns = case.max_seqlen_k + (1 if case.sinks else 0)
+        if case.max_seqlen_q * columns < MASK_OFFSET_WRAPS:
+            return None
+        return (f"a known PyTorch bug: the memory-efficient kernel reads an attn_mask past 2^32 elements from wrapped"
+                f" addresses, so every query row from 2^32 / {columns} = {MASK_OFFSET_WRAPS // columns} on is wrong"
+                " (pytorch/pytorch#187227; seen with torch 2.11 on an H100 and an H200, docs/catalog.md)")
 
     def workspace_bytes(self, case: AttnCase) -> int:
         mask = 0

@@ -38,7 +38,7 @@ from .profiler import (
     write_trace,
 )
 from .sampling import Sampling, WarmupReport, sample_until, warm_up
-from .settings import CaseFailed, RunSettings, TooLongHere, required_bytes
+from .settings import CaseFailed, RunSettings, TooLongHere, WrongOutput, required_bytes
 from .spotcheck import SpotCheck, check_clocks, spot_count, watched_call
 from .timers import (
     BuiltTimer,
@@ -128,15 +128,15 @@ def _check(case: AttnCase, inputs: Any, out: Any, layout: str, grads: tuple[Any,
     tensors = {"out": out, **(dict(zip(("dq", "dk", "dv"), grads, strict=True)) if grads else {})}
     problem = check_finite(only_rows_with_keys(case, layout, tensors))
     if problem is not None:
-        raise CaseFailed(problem.message(case))
+        raise WrongOutput(problem.message(case))
     rows = check_rows(case, inputs, out, layout)
     if not rows.ok:
-        raise CaseFailed(rows.message(case))
+        raise WrongOutput(rows.message(case))
     summary = rows.summary()
     if grads is not None:
         grad = check_grad_rows(case, inputs, out, layout, grads)  # type: ignore[arg-type]
         if not grad.ok:
-            raise CaseFailed(grad.message(case))
+            raise WrongOutput(grad.message(case))
         summary = dataclasses.replace(summary, grad_rows=grad.rows_checked, grad_max_error=grad.max_error,
                                       grad_allowed=grad.allowed, grad_tensor=grad.tensor,
                                       grad_kv_heads=grad.kv_heads_checked)

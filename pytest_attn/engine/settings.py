@@ -37,6 +37,10 @@ class CaseFailed(Exception):
     """The case ran and failed (wrong output, out of memory, a back-end error)."""
 
 
+class WrongOutput(CaseFailed):
+    """The check before timing found the output (or a gradient) wrong."""
+
+
 #: On a CPU, a case whose one call would take longer than this is skipped before it starts: a single
 #: call in torch's C++ cannot be interrupted, so Ctrl-C would wait for it (HunyuanVideo: most of an hour),
 #: and a case takes some 20 calls (check, warm-up, samples).
