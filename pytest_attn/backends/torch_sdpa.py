@@ -151,7 +151,7 @@ class SdpaBackend:
             return None
         return (f"a known PyTorch bug: the memory-efficient kernel reads an attn_mask past 2^32 elements from wrapped"
                 f" addresses, so every query row from 2^32 / {columns} = {MASK_OFFSET_WRAPS // columns} on is wrong"
-                " (pytorch/pytorch#187227; seen with torch 2.11 on an H100 and an H200, docs/catalog.md)")
+                " (pytorch/pytorch#187227; seen with torch 2.11 on an H100 and an H200)")
 
     def workspace_bytes(self, case: AttnCase) -> int:
         mask = 0
