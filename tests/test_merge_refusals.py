@@ -92,6 +92,20 @@ def test_a_shard_that_measured_nothing_still_writes_its_json_and_the_merge_says_
     assert f"shard 2/2 ({pytester.path / 's2.json'}) measured nothing: its cases were all skipped (1 x " in out
 
 
+@pytest.mark.e2e  # a real process: Ctrl-C in an in-process run would stop this session too
+def test_a_run_stopped_before_its_first_case_writes_a_json_that_says_so(pytester):
+    """Ctrl-C before the first case (on a GPU: during FlashInfer's first build): pytest-benchmark had opened the
+    --benchmark-json at start-up and left it 0 bytes. The plugin writes the run: no benchmarks, marked partial."""
+    pytester.makepyfile(test_suite=SUITE)
+    pytester.makeconftest("def pytest_runtest_setup(item):\n    raise KeyboardInterrupt\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--attn-baseline=off", "--benchmark-json=run.json")
+    assert result.ret == 2
+    written = json.loads((pytester.path / "run.json").read_text())
+    assert written["benchmarks"] == [] and "attn_shard" not in written
+    assert written["attn_partial"]["reason"].startswith("interrupted")
+    assert written["attn_measured_nothing"]["selected"] == 4
+
+
 @pytest.fixture(autouse=True)
 def _no_columns(monkeypatch):
     monkeypatch.delenv("COLUMNS", raising=False)

@@ -282,14 +282,17 @@ def shard_mark(index: int, count: int, groups: Sequence[str]) -> dict[str, Any]:
 
 
 def write_empty_shard(session: pytest.Session) -> None:
-    """A shard asked for ``--benchmark-json`` that measured nothing (every case skipped, or failed): pytest-benchmark
-    writes no file without a benchmark, and the merge would find the shard missing with no word of why. Write one
-    with an empty ``benchmarks`` list, its ``attn_shard`` mark, and what became of its cases (the merge says it).
-    In :mod:`.finish`, before pytest-benchmark saves."""
+    """An attention run asked for ``--benchmark-json`` that measured nothing (every case skipped or failed, or Ctrl-C
+    before the first): pytest-benchmark writes no file without a benchmark -- it leaves the one it opened at start-up
+    empty, 0 bytes -- and a merge would find a shard missing with no word of why. Write one with an empty
+    ``benchmarks`` list, a shard's ``attn_shard`` mark, a cut-short run's partial mark, and what became of its cases
+    (the merge says it). In :mod:`.finish`, before pytest-benchmark saves."""
     config = session.config
     attn = config.stash.get(ATTN_SESSION, None)
     shard, path = config.stash.get(SHARD, None), benchmark_json_path(config)
-    if is_worker(config) or attn is None or shard is None or path is None or attn.results.records:
+    if is_worker(config) or attn is None or path is None or attn.results.records:
+        return
+    if shard is None and not attn.attention_tests:  # no attention run: pytest-benchmark's file is its own
         return
     if config.getoption("benchmark_disable", False) or config.option.collectonly:
         return
@@ -300,7 +303,8 @@ def write_empty_shard(session: pytest.Session) -> None:
     for reason in attn.results.skips:
         counted[reason] = counted.get(reason, 0) + 1
     run = run_json([], config)
-    run["attn_shard"] = shard
+    if shard is not None:
+        run["attn_shard"] = shard
     if PARTIAL in config.stash:
         run["attn_partial"] = config.stash[PARTIAL]
     run[NOTHING] = {"selected": selected, "skipped": len(attn.results.skips), "failed": session.testsfailed,
