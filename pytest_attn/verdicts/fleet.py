@@ -17,7 +17,7 @@ largest of: the case's own, the ``tau`` pooled over the baseline's cases of its 
 memory-bound cases), and :data:`ALLOWANCE`, measured across hosts (docs/gpu-validation.md, the stored-baseline
 gate). A baseline with one GPU per case has only the allowance.
 
-A run on a GPU the baseline holds repeats of is compared with those repeats where that is the sharper reference
+A run on a GPU that measured two of the repeats or more is compared with them where that is the sharper reference
 (:func:`own_repeats`; :meth:`.rule.Noise.reference`): its own offset then cancels, and only the between-run noise
 is left. A fleet that adds each runner's runs to its baseline gates every runner so: a 5 % slowdown read as +2.5 %
 on a host that runs the case 2.5 % faster than the baseline's centre (docs/gpu-validation.md).
