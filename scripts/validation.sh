@@ -18,6 +18,9 @@
 #       again (its second clean run); then GPUs 1 and 2 add their two runs to a copy of the baseline and run 5 %
 #       injected against it (gated on their own repeats), GPU 3 runs 5 % injected against the baseline as it is (a
 #       GPU it never saw), GPU 4 the README's first GPU command
+#   bash scripts/validation.sh OUT_DIR retime  # the selection once per GPU, unpinned (--attn-baseline=off): cases
+#       the plugin now times otherwise (events with the host's gaps -> kernels) start over from these runs with
+#       `pytest-attn baseline add --restart-retimed BASELINE OUT_DIR/g*/run.json`; the others gain repeats
 #
 # Runs start in the order listed. With fewer GPUs than runs a wave takes longer than one device call: give LIMIT_S
 # less, or run the named runs only: RUNS="clean1 aa-decode". Each run is stopped at LIMIT_S seconds (default 540)
@@ -69,6 +72,11 @@ elif [ "$wave" = own ]; then
   done
   run[g3]="$clean; $inject"
   run[g4]="$clean; $pt suites/ --attn-profile=smoke --attn-report=\$OUTDIR/report-smoke"
+elif [ "$wave" = retime ]; then
+  order="g1 g2 g3 g4"
+  for name in g1 g2 g3 g4; do
+    run[$name]="$pt $suites \$SEL --attn-baseline=off --benchmark-json=\$OUTDIR/run.json --attn-report=\$OUTDIR/report"
+  done
 elif [ "$wave" = fleet ] || [ "$wave" = fleet2 ] || [ "$wave" = final ]; then
   whole="$pt $suites \$SEL --benchmark-json=\$OUTDIR/run.json --attn-report=\$OUTDIR/report"
   order="g1 g2 g3 g4"
@@ -78,7 +86,7 @@ elif [ "$wave" = fleet ] || [ "$wave" = fleet2 ] || [ "$wave" = final ]; then
   for name in g1 g2 g3 g4; do run[$name]="$whole"; done
   run[inject5]="$whole --attn-inject-slowdown=5%"
 else
-  echo "validation.sh: wave $wave is not 1, 2, 3, fleet, fleet2, own or final" >&2; exit 2
+  echo "validation.sh: wave $wave is not 1, 2, 3, fleet, fleet2, own, retime or final" >&2; exit 2
 fi
 args=()
 for name in ${RUNS:-$order}; do
