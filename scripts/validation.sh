@@ -18,6 +18,9 @@
 #       again (its second clean run); then GPUs 1 and 2 add their two runs to a copy of the baseline and run 5 %
 #       injected against it (gated on their own repeats), GPU 3 runs 5 % injected against the baseline as it is (a
 #       GPU it never saw), GPU 4 the README's first GPU command
+#   GROW="RUN.json ..." bash scripts/validation.sh OUT_DIR grown   # the committed baseline of this GPU model with
+#       GROW's runs added (cases they timed otherwise start over from them) into OUT_DIR.base.json; c1-c4 run the
+#       selection twice against it (clean reruns, or repeats to grow it with), i1-i4 once with 5 % injected
 #   bash scripts/validation.sh OUT_DIR retime  # the selection once per GPU, unpinned (--attn-baseline=off): cases
 #       the plugin now times otherwise (events with the host's gaps -> kernels) start over from these runs with
 #       `pytest-attn baseline add --restart-retimed BASELINE OUT_DIR/g*/run.json`; the others gain repeats
@@ -57,15 +60,27 @@ elif [ "$wave" = 3 ]; then
   run[slow2-p1]="$prefill --attn-ab=same,same+slowdown=2% -k 'hunyuan and not fwdbwd'"
   run[sustained2]="$sustained; python3 scripts/sustained_check.py \$OUTDIR/run.json"
   run[hbm]="$pt examples/triton_attention --attn-profile=smoke --attn-backends=triton-example,sdpa-cudnn -k prefill --attn-hbm=llama --benchmark-json=\$OUTDIR/run.json --attn-report=\$OUTDIR/report"
+fi
+case "$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null)" in  # the committed baseline of this model
+  *H200*) base=baselines/nvidia-h200/baseline.json ;; *) base=baselines/nvidia-h100-80gb-hbm3/baseline.json ;;
+esac
+base="${BASELINE:-$PWD/$base}"
+whole="$pt $suites \$SEL"
+clean="$whole --benchmark-json=\$OUTDIR/run.json --attn-report=\$OUTDIR/report"
+inject="$whole --attn-inject-slowdown=5% --benchmark-json=\$OUTDIR/inject.json --attn-report=\$OUTDIR/report-inject"
+if [ "$wave" = 1 ] || [ "$wave" = 2 ] || [ "$wave" = 3 ]; then
+  :
+elif [ "$wave" = grown ]; then
+  grown="${out%/}.base.json"
+  mkdir -p "$(dirname "$grown")"
+  cp "$base" "$grown" && python3 -m pytest_attn.verdicts baseline add --restart-retimed "$grown" ${GROW:-} || exit 1
+  order="c1 c2 c3 c4"
+  for i in 1 2 3 4; do
+    run[c$i]="$clean --attn-baseline=$grown; $whole --benchmark-json=\$OUTDIR/run2.json --attn-baseline=$grown"
+    run[i$i]="$inject --attn-baseline=$grown"
+  done
 elif [ "$wave" = own ]; then
   fleet="${FLEET:?the own wave needs FLEET=DIR, the OUT_DIR of a fleet wave}"
-  case "$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0)" in  # the committed baseline of this GPU model
-    *H200*) base=baselines/nvidia-h200/baseline.json ;; *) base=baselines/nvidia-h100-80gb-hbm3/baseline.json ;;
-  esac
-  base="${BASELINE:-$PWD/$base}"
-  whole="$pt $suites \$SEL"
-  clean="$whole --benchmark-json=\$OUTDIR/run.json --attn-report=\$OUTDIR/report"
-  inject="$whole --attn-inject-slowdown=5% --benchmark-json=\$OUTDIR/inject.json --attn-report=\$OUTDIR/report-inject"
   order="g1 g2 g3 g4"
   for i in 1 2; do
     run[g$i]="$clean; cp $base \$OUTDIR/base.json && python3 -m pytest_attn.verdicts baseline add \$OUTDIR/base.json $fleet/g$i/run.json \$OUTDIR/run.json && $inject --attn-baseline=\$OUTDIR/base.json"
