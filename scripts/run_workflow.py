@@ -46,6 +46,7 @@ WORKFLOW = ROOT / ".github" / "workflows" / "gpu-benchmarks.yml"
 CACHES = (".ficache", ".fa4cache")
 NOT_COPIED = {".git", ".benchmarks", "reports", ".pytest_cache", ".hypothesis", "__pycache__", ".venv", "runs",
               *CACHES}
+TAIL_LINES = 12  # of a failed step's output, shown under it in the report
 LATER = ("steps", "needs", "job")  # contexts known only while the jobs run
 
 
@@ -56,6 +57,7 @@ class StepResult:
     exit_status: int | None = None
     seconds: float = 0.0
     note: str = ""
+    tail: list[str] = field(default_factory=list)  # a failed run: step's last lines of output, as GitHub shows them
 
 
 @dataclass
@@ -267,6 +269,15 @@ def run_script(job: Job, script: str, env: dict[str, str], cwd: Path, deadline: 
     return process.returncode
 
 
+def output_tail(path: Path, start: int, lines: int = TAIL_LINES) -> list[str]:
+    """The last ``lines`` non-blank lines a step wrote to the job's log from byte ``start``: why it failed, without
+    opening the log (a shard that stopped at start-up said which back end it could not load)."""
+    with path.open("rb") as f:
+        f.seek(start)
+        text = f.read().decode(errors="replace")
+    return [line for line in text.splitlines() if line.strip()][-lines:]
+
+
 def read_pairs(path: Path) -> dict[str, str]:
     """``GITHUB_OUTPUT``/``GITHUB_ENV`` lines: ``name=value`` and ``name<<DELIMITER`` blocks."""
     out: dict[str, str] = {}
@@ -337,9 +348,12 @@ def execute(job: Job, github: dict[str, Any], base_env: dict[str, str], needs: d
                 run_env = runner_env(job, {**env, **step_env}, opts, files)
                 log.write(f"\n===== {name}\n")
                 log.flush()
+                start = os.lseek(log.fileno(), 0, os.SEEK_CUR)  # the steps write to the log's descriptor
                 result.exit_status = run_script(job, script, run_env, job.folder / str(step.get("working-directory")
                                                                                        or "."), deadline, log)
                 result.outcome = "success" if result.exit_status == 0 else "failure"
+                if result.exit_status != 0:
+                    result.tail = output_tail(Path(log.name), start)
                 outputs = read_pairs(files["output"])
                 env.update(read_pairs(files["env"]))
                 if files["summary"].exists():
@@ -414,6 +428,8 @@ def report(jobs: list[Job], opts: Options) -> int:
         for step in job.steps:
             status = f"exit {step.exit_status}" if step.exit_status is not None else step.outcome
             print(f"   {status:8} {step.seconds:7.1f} s  {step.name}" + (f" ({step.note})" if step.note else ""))
+            for line in step.tail:
+                print(f"            | {line}")
     for job in jobs:
         if job.summary:
             print(f"\n== {job.name}: step summary\n{job.summary.rstrip()}")

@@ -154,13 +154,13 @@ jobs:
           pattern: p-*
           path: all
           merge-multiple: true
-      - run: cat all/p1.txt all/p2.txt > both.txt; exit 3
+      - run: cat all/p1.txt all/p2.txt > both.txt; echo "why it failed" >&2; exit 3
       - if: always()
         run: echo "after a failure" > after.txt
 """
 
 
-def test_the_executor_runs_steps_with_the_runners_variables_and_artifacts(tmp_path):
+def test_the_executor_runs_steps_with_the_runners_variables_and_artifacts(tmp_path, capsys):
     path = tmp_path / "wf.yml"
     path.write_text(WORKFLOW_OF_SHELL)
     opts = rw.Options(path, tmp_path / "run", ["g0", "g1", "g2"], expect={"join": "failure"})
@@ -173,7 +173,9 @@ def test_the_executor_runs_steps_with_the_runners_variables_and_artifacts(tmp_pa
     assert (join.folder / "after.txt").exists()  # if: always() ran after the failed step
     assert [s.exit_status for s in join.steps] == [None, 3, 0]
     assert make1.summary == "did 1\n"
+    assert join.steps[1].tail == ["why it failed"] and not join.steps[2].tail  # a failed step's last lines, only
     assert rw.report(jobs, opts) == 0  # join was expected to fail
+    assert "            | why it failed\n" in capsys.readouterr().out  # under the step that failed
     opts.expect.clear()
     assert rw.report(jobs, opts) == 1
 
