@@ -41,9 +41,16 @@ pt="python3 -m pytest -p pytest_attn.plugin -p no:cacheprovider"
 declare -A run
 prefill="$pt suites/test_prefill.py \$SEL --attn-report=\$OUTDIR/report"
 sustained="$pt suites/test_prefill.py --attn-profile=sustained --attn-backends=fa4,sdpa-cudnn,flash-attn --attn-max-time=1 --attn-sustained --benchmark-json=\$OUTDIR/run.json --attn-report=\$OUTDIR/report"
+case "$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null)" in  # the committed baseline of this model
+  *H200*) base=baselines/nvidia-h200/baseline.json ;; *) base=baselines/nvidia-h100-80gb-hbm3/baseline.json ;;
+esac
+base="${BASELINE:-$PWD/$base}"
+whole="$pt $suites \$SEL"
+clean="$whole --benchmark-json=\$OUTDIR/run.json --attn-report=\$OUTDIR/report"
+inject="$whole --attn-inject-slowdown=5% --benchmark-json=\$OUTDIR/inject.json --attn-report=\$OUTDIR/report-inject"
 if [ "$wave" = 1 ]; then
   order="clean1 clean2 aa-decode sustained1"
-  run[clean1]="$pt $suites \$SEL --benchmark-json=\$OUTDIR/run.json --attn-report=\$OUTDIR/report"
+  run[clean1]="$clean"
   run[clean2]="${run[clean1]}"
   run[aa-decode]="$pt suites/test_decode.py \$SEL --attn-ab=same,same --attn-report=\$OUTDIR/report"
   run[sustained1]="$sustained; python3 scripts/sustained_check.py \$OUTDIR/run.json"
@@ -60,16 +67,6 @@ elif [ "$wave" = 3 ]; then
   run[slow2-p1]="$prefill --attn-ab=same,same+slowdown=2% -k 'hunyuan and not fwdbwd'"
   run[sustained2]="$sustained; python3 scripts/sustained_check.py \$OUTDIR/run.json"
   run[hbm]="$pt examples/triton_attention --attn-profile=smoke --attn-backends=triton-example,sdpa-cudnn -k prefill --attn-hbm=llama --benchmark-json=\$OUTDIR/run.json --attn-report=\$OUTDIR/report"
-fi
-case "$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null)" in  # the committed baseline of this model
-  *H200*) base=baselines/nvidia-h200/baseline.json ;; *) base=baselines/nvidia-h100-80gb-hbm3/baseline.json ;;
-esac
-base="${BASELINE:-$PWD/$base}"
-whole="$pt $suites \$SEL"
-clean="$whole --benchmark-json=\$OUTDIR/run.json --attn-report=\$OUTDIR/report"
-inject="$whole --attn-inject-slowdown=5% --benchmark-json=\$OUTDIR/inject.json --attn-report=\$OUTDIR/report-inject"
-if [ "$wave" = 1 ] || [ "$wave" = 2 ] || [ "$wave" = 3 ]; then
-  :
 elif [ "$wave" = grown ]; then
   grown="${out%/}.base.json"
   mkdir -p "$(dirname "$grown")"
@@ -90,18 +87,17 @@ elif [ "$wave" = own ]; then
 elif [ "$wave" = retime ]; then
   order="g1 g2 g3 g4"
   for name in g1 g2 g3 g4; do
-    run[$name]="$pt $suites \$SEL --attn-baseline=off --benchmark-json=\$OUTDIR/run.json --attn-report=\$OUTDIR/report"
+    run[$name]="$clean --attn-baseline=off"
   done
 elif [ "$wave" = fleet ] || [ "$wave" = fleet2 ] || [ "$wave" = final ]; then
-  whole="$pt $suites \$SEL --benchmark-json=\$OUTDIR/run.json --attn-report=\$OUTDIR/report"
   order="g1 g2 g3 g4"
   [ "$wave" = fleet2 ] && order="inject5 g2 g3 g4"
   [ "$wave" = final ] && order="inject5 smoke g3 g4"
   run[smoke]="$pt suites/ --attn-profile=smoke --benchmark-json=\$OUTDIR/run.json --attn-report=\$OUTDIR/report"
-  for name in g1 g2 g3 g4; do run[$name]="$whole"; done
-  run[inject5]="$whole --attn-inject-slowdown=5%"
+  for name in g1 g2 g3 g4; do run[$name]="$clean"; done
+  run[inject5]="$clean --attn-inject-slowdown=5%"
 else
-  echo "validation.sh: wave $wave is not 1, 2, 3, fleet, fleet2, own, retime or final" >&2; exit 2
+  echo "validation.sh: wave $wave is not 1, 2, 3, fleet, fleet2, final, own, grown or retime" >&2; exit 2
 fi
 args=()
 for name in ${RUNS:-$order}; do
