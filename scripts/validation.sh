@@ -21,6 +21,9 @@
 #   GROW="RUN.json ..." bash scripts/validation.sh OUT_DIR grown   # the committed baseline of this GPU model with
 #       GROW's runs added (cases they timed otherwise start over from them) into OUT_DIR.base.json; c1-c4 run the
 #       selection twice against it (clean reruns, or repeats to grow it with), i1-i4 once with 5 % injected
+#   bash scripts/validation.sh OUT_DIR fresh   # on a host that recorded none of the committed baseline: c1-c4 run
+#       the selection against it (RUNS="c1 c2 c3 c4", FA4 compiling), then s1-s4 its second clean run and 5 %
+#       injected (RUNS="s1 s2 s3 s4"): two device calls
 #   bash scripts/validation.sh OUT_DIR retime  # the selection once per GPU, unpinned (--attn-baseline=off): cases
 #       the plugin now times otherwise (events with the host's gaps -> kernels) start over from these runs with
 #       `pytest-attn baseline add --restart-retimed BASELINE OUT_DIR/g*/run.json`; the others gain repeats
@@ -84,6 +87,12 @@ elif [ "$wave" = own ]; then
   done
   run[g3]="$clean; $inject"
   run[g4]="$clean; $pt suites/ --attn-profile=smoke --attn-report=\$OUTDIR/report-smoke"
+elif [ "$wave" = fresh ]; then
+  order="c1 c2 c3 c4"
+  for i in 1 2 3 4; do
+    run[c$i]="$clean"
+    run[s$i]="$whole --benchmark-json=\$OUTDIR/run2.json --attn-report=\$OUTDIR/report2; $inject"
+  done
 elif [ "$wave" = retime ]; then
   order="g1 g2 g3 g4"
   for name in g1 g2 g3 g4; do
@@ -97,7 +106,7 @@ elif [ "$wave" = fleet ] || [ "$wave" = fleet2 ] || [ "$wave" = final ]; then
   for name in g1 g2 g3 g4; do run[$name]="$clean"; done
   run[inject5]="$clean --attn-inject-slowdown=5%"
 else
-  echo "validation.sh: wave $wave is not 1, 2, 3, fleet, fleet2, final, own, grown or retime" >&2; exit 2
+  echo "validation.sh: wave $wave is not 1, 2, 3, fleet, fleet2, final, own, grown, fresh or retime" >&2; exit 2
 fi
 args=()
 for name in ${RUNS:-$order}; do

@@ -62,16 +62,16 @@ def pytest_attn_register_backends(registry, config):
 
 
 class ClockWork:
-    """The injection's matmuls on the fake clock: a size^2 product takes 1e-10 x size^2 seconds."""
+    """The injection's matmuls on the fake clock: a side x depth x side product takes 1e-13 x side^2 x depth seconds."""
 
     def __init__(self, clock):
         self.clock = clock
 
-    def unit_seconds(self, size):
-        return 1e-10 * size**2
+    def product_seconds(self, side, depth):
+        return 1e-13 * side**2 * depth
 
     def runner(self, plan):
-        return lambda: self.clock.advance(plan.repeats * self.unit_seconds(plan.size))
+        return lambda: self.clock.advance(plan.repeats * self.product_seconds(plan.side, plan.depth))
 
     def step_seconds(self, step):
         t0 = self.clock()

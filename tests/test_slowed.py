@@ -13,40 +13,44 @@ from pytest_attn.backends import builtin_registry  # noqa: E402
 from pytest_attn.core.case import AttnCase  # noqa: E402
 from pytest_attn.engine import slowed  # noqa: E402
 from pytest_attn.engine.inputs import make_inputs  # noqa: E402
-from pytest_attn.engine.slowed import MatmulWork, WorkPlan, calibrate, plan_work  # noqa: E402
+from pytest_attn.engine.slowed import (  # noqa: E402
+    DEPTH_STEP,
+    MAX_DEPTH,
+    SHALLOW,
+    TOLERANCE,
+    MatmulWork,
+    WorkPlan,
+    calibrate,
+    plan_work,
+)
 
 
-def test_plan_picks_the_largest_product_that_fits_four_times_and_rounds_the_count():
-    units = {4096: 2e-3, 2048: 250e-6, 1024: 32e-6, 512: 5e-6}
-    plan = plan_work(1e-3, units)  # 2048 fits 4 x 250 us in 1 ms
-    assert (plan.size, plan.repeats, plan.planned_s) == (2048, 4, pytest.approx(1e-3))
-    plan = plan_work(300e-6, units)  # 2048 no longer fits four times: 1024, 300 / 32 = 9.4 -> 9
-    assert (plan.size, plan.repeats) == (1024, 9) and plan.planned_s == pytest.approx(288e-6)
-    plan = plan_work(1e-6, units)  # even the smallest is longer than the target: one of it
-    assert (plan.size, plan.repeats, plan.planned_s) == (512, 1, 5e-6)
-    assert plan.describe(10e-6) \
-        == "1 x a 512^2 matmul after each call: 5.0 us planned for 1.0 us asked (+50.0% of the 10.0 us step)"
+def affine(side, depth):
+    """A product's time on a made-up GPU: writing its output, then its depth (105 ns per unit at side 1024)."""
+    return 1e-6 + side**2 * 1e-12 + depth * side**2 * 1e-13
+
+
+def test_the_depth_is_solved_from_two_points_of_an_affine_product():
+    plan = plan_work(500e-6, 1024, (128, affine(1024, 128)), (1024, affine(1024, 1024)))
+    assert (plan.side, plan.repeats) == (1024, 1) and plan.depth % DEPTH_STEP == 0
+    assert plan.planned_s == pytest.approx(affine(1024, plan.depth)) == pytest.approx(500e-6, rel=0.01)
+    plan = plan_work(20e-3, 1024, (128, affine(1024, 128)), (1024, affine(1024, 1024)))  # past MAX_DEPTH: repeated
+    assert plan.repeats == 12 and plan.depth <= MAX_DEPTH and plan.planned_s == pytest.approx(20e-3, rel=0.01)
+    assert plan.describe(0.4).startswith(f"12 x a 1024x{plan.depth} @ {plan.depth}x1024 matmul after each call: ")
+    assert plan.describe(0.4).endswith(" us planned for 20000.0 us asked (+5.0% of the 400000.0 us step)")
     with pytest.raises(ValueError, match="nothing to plan"):
-        plan_work(0.0, units)
-
-
-def test_rounding_costs_at_most_an_eighth_of_the_target():
-    for target in (37e-6, 0.8e-3, 5.3e-3, 61e-3):
-        units = {2 ** k: 1e-7 * 8 ** (k - 5) for k in range(5, 13)}  # each size ~8x the next smaller
-        plan = plan_work(target, units)
-        if plan.repeats >= 4:
-            assert abs(plan.planned_s - target) <= target / 8
+        plan_work(0.0, 1024, (128, 1e-6), (256, 2e-6))
 
 
 class FakeWork:
-    """Products whose times are known, a step whose time is known."""
+    """Products whose times are known (:func:`affine` unless told), a step whose time is known."""
 
-    def __init__(self, step_s):
-        self.step_s, self.asked = step_s, []
+    def __init__(self, step_s, product=affine):
+        self.step_s, self.product, self.asked = step_s, product, []
 
-    def unit_seconds(self, size):
-        self.asked.append(size)
-        return 1e-9 * size**2  # 64^2 -> 4 us, 1024^2 -> 1 ms
+    def product_seconds(self, side, depth):
+        self.asked.append((side, depth))
+        return self.product(side, depth)
 
     def step_seconds(self, step):
         step()
@@ -56,10 +60,26 @@ class FakeWork:
         return lambda: None
 
 
-def test_calibration_stops_at_the_first_size_too_long_to_fit():
-    work = FakeWork(step_s=10e-3)
-    plan = calibrate(work, work.step_s, 0.05)  # 500 us of work: 256^2 = 65 us x 8; 512^2 = 262 us > 500 / 4
-    assert work.asked == [32, 64, 128, 256, 512] and (plan.size, plan.repeats) == (256, 8)
+def test_the_widest_product_whose_shallowest_takes_half_the_target_is_made_deep_enough():
+    work = FakeWork(step_s=2e-3)  # 100 us asked; a 1024-wide shallow product takes 15 us, a 2048-wide 59 us > 50
+    plan = calibrate(work, work.step_s, 0.05)
+    assert [s for s, d in work.asked if d == SHALLOW] == [32, 64, 128, 256, 512, 1024, 2048]
+    assert plan.side == 1024 and plan.planned_s == pytest.approx(100e-6, rel=TOLERANCE)
+    assert len(work.asked) == 9  # 7 sides, a proportional guess, the plan timed
+
+
+def test_a_product_not_affine_in_depth_is_fitted_again_until_within_tolerance():
+    work = FakeWork(step_s=2e-3, product=lambda side, depth: 1e-6 + (depth / 1000) ** 1.5 * 20e-6 * (side / 2048) ** 2)
+    plan = calibrate(work, work.step_s, 0.05)
+    assert abs(plan.planned_s / 100e-6 - 1) <= TOLERANCE
+    assert plan.planned_s == pytest.approx(work.product(plan.side, plan.depth) * plan.repeats)  # timed, not fitted
+
+
+def test_where_the_smallest_product_is_longer_than_the_target_one_is_run_and_said():
+    work = FakeWork(step_s=20e-6, product=lambda side, depth: 2e-6 + side * depth * 1e-13)
+    plan = calibrate(work, work.step_s, 0.05)  # 1 us asked, the smallest product takes 2 us
+    assert (plan.side, plan.depth, plan.repeats) == (32, DEPTH_STEP, 1) and plan.planned_s > 1e-6
+    assert plan.describe(20e-6).endswith("2.0 us planned for 1.0 us asked (+10.0% of the 20.0 us step)")
 
 
 @pytest.mark.parametrize("direction", ["fwd", "fwd+bwd"])
@@ -105,7 +125,7 @@ def test_a_plan_is_made_once_per_case_for_every_input_set(monkeypatch):
         made.append(device)
         return FakeWork(1e-3)
 
-    monkeypatch.setattr(slowed, "calibrate", lambda work, step_s, f: made.append("plan") or WorkPlan(64, 1, 1, 1))
+    monkeypatch.setattr(slowed, "calibrate", lambda work, step_s, f: made.append("plan") or WorkPlan(64, 32, 1, 1, 1))
     monkeypatch.setattr(slowed, "WORK_FACTORY", factory)
     case = AttnCase.dense(backend="sdpa-math", shape="t", batch=1, seqlen_q=4, heads_q=2, head_dim=8, dtype="fp32")
     inner = builtin_registry().get("sdpa-math")

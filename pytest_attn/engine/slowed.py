@@ -7,20 +7,26 @@ on a CPU, fp32 matmuls. An earlier version spun a cheap kernel (``torch.cuda._sl
 little power, so on a power-capped H200 the attention kernel after it ran at a higher clock, and 6 %
 asked gave only +1 to +5 %.
 
-Calibration (:func:`plan_work`): the timed step's own time ``T`` is measured, so the extra work should
+The work is one product as wide as fits -- a ``side x side`` output, the largest whose shallowest product
+takes at most half the target, so it fills the GPU and draws the power of a GPU-filling kernel -- made
+long enough by its depth (the inner dimension), not by repeating a small one. Repeated small (1024^2)
+products left most SMs idle: on power-capped H100 steps the clock rose under them and 5 % asked read
++0 to +3 % (docs/gpu-validation.md#the-stored-baseline-gate).
+
+Calibration (:func:`calibrate`): the timed step's own time ``T`` is measured, so the extra work should
 take ``f x T``; on a GPU both in device time (the sum of kernel durations, as the kernel-sum timer reads
-them; long cases timed with events differ from it by under ~1 %). Matmul sizes are timed from the
-smallest up; the largest whose single product takes at most a quarter of that is repeated
-``round(f x T / unit)`` times (so rounding costs at most an eighth of the extra time). Where even the
-smallest product is longer than the whole target, one is run and the injected share is what it is -- the
-description says how much was asked and how much was planned (decode steps under ~26 us, where a 32^2
-product's ~2 us of kernel is already over 5 %). What it did on a GPU: docs/gpu-validation.md#the-stored-baseline-gate.
-Names are unchanged, so the gate compares the slowed run with the stored baseline.
+them). A product's time is affine in its depth: two depths fit it (:func:`plan_work`), the planned
+product is timed, and one more fit corrects a plan more than :data:`TOLERANCE` off. Where even the
+smallest product is longer than the target (decode steps of a few us), one is run and the injected share
+is what it is -- the description says how much was asked and how much was planned. Names are unchanged,
+so the gate compares the slowed run with the stored baseline.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import dataclasses
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -31,8 +37,11 @@ from . import timers
 from .inputs import make_step
 from .profiler import device_seconds
 
-SIZES = (4096, 2048, 1024, 512, 256, 128, 64, 32)
-MIN_REPEATS = 4
+SIDES = (32, 64, 128, 256, 512, 1024, 2048, 4096)  # a product's output is side x side
+SHALLOW = 128  # the depth each side is first timed at
+DEPTH_STEP = 32  # depths are multiples of this (tensor-core tiles)
+MAX_DEPTH = 16384  # deeper than this, the product is repeated instead
+TOLERANCE = 0.03  # a planned product further than this off its share of the target is planned again
 #: A step longer than this is calibrated on two traced calls, not three runs of five (timing a 1.5 s step 16
 #: times made an injected run's set-up ten times longer: docs/gpu-validation.md#the-stored-baseline-gate).
 LONG_STEP_S = 0.05
@@ -40,32 +49,41 @@ LONG_STEP_S = 0.05
 
 @dataclass(frozen=True)
 class WorkPlan:
-    size: int  # matmul side
+    side: int  # the product's output is side x side
+    depth: int  # its inner dimension
     repeats: int
-    planned_s: float  # repeats x the measured time of one product
+    planned_s: float  # repeats x the measured (else fitted) time of one product
     target_s: float
 
     def describe(self, step_s: float) -> str:
         share = self.planned_s / step_s if step_s > 0 else 0.0
-        return (f"{self.repeats} x a {self.size}^2 matmul after each call: {self.planned_s * 1e6:.1f} us planned for"
-                f" {self.target_s * 1e6:.1f} us asked ({share:+.1%} of the {step_s * 1e6:.1f} us step)")
+        return (f"{self.repeats} x a {self.side}x{self.depth} @ {self.depth}x{self.side} matmul after each call:"
+                f" {self.planned_s * 1e6:.1f} us planned for {self.target_s * 1e6:.1f} us asked ({share:+.1%} of"
+                f" the {step_s * 1e6:.1f} us step)")
 
 
-def plan_work(target_s: float, unit_s: Mapping[int, float], min_repeats: int = MIN_REPEATS) -> WorkPlan:
-    """The matmul size and repeat count closest to ``target_s`` of extra work, from the measured time of
-    one product of each size (``unit_s``). Pure."""
-    if target_s <= 0 or not unit_s:
-        raise ValueError(f"nothing to plan: target {target_s!r} s, {len(unit_s)} measured sizes")
-    sizes = sorted(unit_s, reverse=True)
-    size = next((n for n in sizes if unit_s[n] * min_repeats <= target_s), sizes[-1])
-    repeats = max(1, round(target_s / unit_s[size]))
-    return WorkPlan(size, repeats, repeats * unit_s[size], target_s)
+def _round_depth(depth: float) -> int:
+    return int(min(MAX_DEPTH, max(DEPTH_STEP, DEPTH_STEP * round(depth / DEPTH_STEP))))
+
+
+def plan_work(target_s: float, side: int, first: tuple[int, float], second: tuple[int, float]) -> WorkPlan:
+    """The depth and repeat count of ``side``-wide products closest to ``target_s`` of extra work, from two
+    (depth, seconds) points of one product, through which its time is taken as affine in depth. Pure."""
+    if target_s <= 0:
+        raise ValueError(f"nothing to plan: target {target_s!r} s")
+    (d1, t1), (d2, t2) = sorted([first, second])
+    slope = (t2 - t1) / (d2 - d1) if d2 != d1 else t2 / d2
+    slope = slope if slope > 0 else t2 / d2  # a flat or noisy pair: proportional through the deeper point
+    at = lambda depth: t1 + slope * (depth - d1)  # noqa: E731
+    repeats = max(1, math.ceil(target_s / at(MAX_DEPTH)))
+    depth = _round_depth(d1 + (target_s / repeats - t1) / slope)
+    return WorkPlan(side, depth, repeats, repeats * max(at(depth), 0.0), target_s)
 
 
 class ExtraWork(Protocol):
-    """Matmul work on one device: the time of one product of a size, and running a plan."""
+    """Matmul work on one device: the time of one product of a shape, and running a plan."""
 
-    def unit_seconds(self, size: int) -> float: ...
+    def product_seconds(self, side: int, depth: int) -> float: ...
 
     def runner(self, plan: WorkPlan) -> Callable[[], None]: ...
 
@@ -85,16 +103,17 @@ class MatmulWork:
         self.cuda = device.type == "cuda"
         self.dtype = torch.bfloat16 if self.cuda else torch.float32
 
-    def _operands(self, size: int) -> tuple[Any, Any, Any]:
+    def _operands(self, side: int, depth: int) -> tuple[Any, Any, Any]:
         import torch
 
-        a = torch.randn(size, size, device=self.device).to(self.dtype)
-        return a, a.t().contiguous(), torch.empty(size, size, device=self.device, dtype=self.dtype)
+        a = torch.randn(side, depth, device=self.device).to(self.dtype)
+        b = torch.randn(depth, side, device=self.device).to(self.dtype)
+        return a, b, torch.empty(side, side, device=self.device, dtype=self.dtype)
 
     def runner(self, plan: WorkPlan) -> Callable[[], None]:
         import torch
 
-        a, b, c = self._operands(plan.size)
+        a, b, c = self._operands(plan.side, plan.depth)
 
         def run() -> None:
             for _ in range(plan.repeats):
@@ -102,8 +121,8 @@ class MatmulWork:
 
         return run
 
-    def unit_seconds(self, size: int) -> float:
-        return self.step_seconds(self.runner(WorkPlan(size, 1, 0.0, 0.0)))
+    def product_seconds(self, side: int, depth: int) -> float:
+        return self.step_seconds(self.runner(WorkPlan(side, depth, 1, 0.0, 0.0)))
 
     def step_seconds(self, step: Callable[[], Any]) -> float:
         """One call's time: on a GPU its device time, the least of three traced runs of five calls (of two
@@ -130,15 +149,31 @@ WORK_FACTORY: Callable[[Any], ExtraWork] = MatmulWork
 
 
 def calibrate(work: ExtraWork, step_s: float, fraction: float) -> WorkPlan:
-    """Time products from the smallest size up until one no longer fits the target (so calibrating
-    costs about the target, not a 4096^2 product on a CPU), and plan."""
+    """The widest product whose shallowest takes at most half the target (sides timed from the smallest up, so
+    calibrating costs about the target, not a 4096-wide product on a CPU), made as deep as the target asks."""
     target = fraction * step_s
-    units: dict[int, float] = {}
-    for size in sorted(SIZES):
-        units[size] = work.unit_seconds(size)
-        if units[size] * MIN_REPEATS > target:
+    side, shallow = SIDES[0], work.product_seconds(SIDES[0], SHALLOW)
+    for wider in SIDES[1:]:
+        if shallow > target / 2:
             break
-    return plan_work(target, units)
+        took = work.product_seconds(wider, SHALLOW)
+        if took > target / 2:
+            break
+        side, shallow = wider, took
+    guess = _round_depth(SHALLOW * target / shallow)  # proportional: a first second point near the target
+    points = [(SHALLOW, shallow), (guess, work.product_seconds(side, guess))] if guess != SHALLOW else \
+        [(SHALLOW, shallow), (SHALLOW, shallow)]
+    plan = plan_work(target, side, points[0], points[1])
+    for refits in range(3):  # time the plan; where it is off, fit again through it (twice at most)
+        took = work.product_seconds(side, plan.depth)
+        plan = dataclasses.replace(plan, planned_s=plan.repeats * took)
+        nearest = min(points, key=lambda p: abs(p[0] - plan.depth))
+        if abs(plan.planned_s / target - 1) <= TOLERANCE or plan.depth in (DEPTH_STEP, MAX_DEPTH) \
+                or nearest[0] == plan.depth or refits == 2:
+            return plan
+        points = [nearest, (plan.depth, took)]
+        plan = plan_work(target, side, points[0], points[1])
+    return plan
 
 
 class SlowedBackend:
