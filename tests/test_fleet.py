@@ -14,7 +14,7 @@ from pytest_attn.core.record import Record
 from pytest_attn.verdicts.baseline import add_repeat
 from pytest_attn.verdicts.decision import gpu_notes, own_gpu_note
 from pytest_attn.verdicts.fleet import ALLOWANCE, FleetNoise, center, gpu_factor, spread
-from pytest_attn.verdicts.rule import Noise, Thresholds, compare
+from pytest_attn.verdicts.rule import Noise, Thresholds, compare, side_sigma
 from pytest_attn.verdicts.runs import Bench, bench_of, benches
 
 
@@ -191,6 +191,17 @@ def test_an_untagged_baseline_reads_its_repeats_as_its_record_s_gpu():
     rec = _on("GPU-old", record("fa4", 1e-3, test="t"))
     rec = dataclasses.replace(rec, timing=dataclasses.replace(rec.timing, repeats_s=(1e-3, 1.001e-3)))
     assert bench_of(rec).repeats_gpu == ("GPU-old", "GPU-old")
+
+
+def test_a_run_s_sampling_noise_is_counted_once_not_again_beside_the_between_run_spread():
+    # the between-run spread is measured from repeats' medians, which carry their samples' noise already: clean
+    # reruns on unseen H100s and H200s read 0.4-0.6 of the noise the sum of the two assumed (docs/gpu-validation.md)
+    steady = _run("c", 1e-3, "GPU-new")  # precision 0.2 %: CI half-width, so within = 0.1 %
+    assert side_sigma(steady, 0.01) == pytest.approx(0.01)
+    capped = dataclasses.replace(steady, spread=0.04)  # a time-capped run: its own CI is the wider
+    assert side_sigma(capped, 0.01) == pytest.approx(0.04 / 1.959964, rel=1e-4)
+    stored = _stored("c", {"GPU-a": [1e-3, 1.002e-3], "GPU-b": [1.01e-3, 1.011e-3]})
+    assert side_sigma(stored, 0.01) == pytest.approx(0.01 * math.sqrt((1 / 2 + 1 / 2) / 2**2))
 
 
 # ---- what it does over many cases, simulated -----------------------------------------------------

@@ -24,11 +24,12 @@ captured, no CUPTI): it says what differs and what to do, and fails the run by d
   than twice or under half the median of a case's three or more is left out of its spread
   (:func:`repeat_spread`): one odd run must not blind the gate.
 
-A side's noise is ``sqrt(within^2 + between^2 / K)`` (K repeats averaged; a baseline over several GPUs: the mean
-of its GPUs' medians), the change's noise ``sigma = sqrt(base^2 + current^2 + gpus^2)``, ``gpus`` the spread
-between this run's GPU and the baseline's (:mod:`.fleet`: measured from a baseline's repeats on several GPUs, else
-an allowance measured on real hosts). A run on a GPU that measured two repeats or more is compared with them alone
-where that is sharper (``base^2 = within^2 + between^2 / k``, no ``gpus`` term; :meth:`Noise.reference`) -- and
+A side's noise is ``between / sqrt(K)`` (K repeats averaged; a baseline over several GPUs: the mean of its GPUs'
+medians) or, for one run, the larger of ``between`` and ``within``: each repeat's median carries its own samples'
+noise already. The change's noise is ``sigma = sqrt(base^2 + current^2 + gpus^2)``, ``gpus`` the spread between
+this run's GPU and the baseline's (:mod:`.fleet`: measured from a baseline's repeats on several GPUs, else an
+allowance measured on real hosts). A run on a GPU that measured two repeats or more is compared with them alone
+where that is sharper (``base = between / sqrt(k)``, no ``gpus`` term; :meth:`Noise.reference`) -- and
 with the threshold ``t`` (default 5 %) and ``Z`` = 3:
 
 * SLOWER when the change is at least ``max(Z * sigma, t / 2)``: beyond what noise does, and at least
@@ -164,8 +165,7 @@ class Noise:
         if mine is None or mine[0] < OWN_LEAST:
             return centre
         count, median_s, cycles = mine
-        within = b.spread / Z95 if math.isfinite(b.spread) else 1.0
-        own = math.sqrt(within**2 + between**2 / count)
+        own = between / math.sqrt(count)
         if own**2 >= centre.sigma**2 + centre.gpu_sigma**2:
             return centre
         return Reference(median_s, cycles, own, 0.0, "", count)
@@ -203,12 +203,14 @@ def odd_pair(bench: Bench) -> str:
 
 
 def side_sigma(bench: Bench, between: float) -> float:
-    """Relative noise of one run's median: within (its samples' CI) and between runs, over its repeats (a baseline
-    over several GPUs: the variance of the mean of its GPUs' medians, :meth:`.fleet.Spread.center_variance`)."""
+    """Relative noise of one run's median: ``between`` -- measured from repeats' medians, so it holds their samples'
+    noise already -- or its own samples' CI where that is wider (a time cap); a baseline over repeats: the variance of
+    the mean of its GPUs' medians (:meth:`.fleet.Spread.center_variance`). Adding the two counted the samples' noise
+    twice: clean reruns on unseen GPUs read 0.4-0.6 of the noise the gate assumed (docs/gpu-validation.md)."""
     within = bench.spread / Z95 if math.isfinite(bench.spread) else 1.0
     if len(bench.repeats_s) < 2:
-        return math.sqrt(within**2 + between**2)
-    return math.sqrt(within**2 + spread(bench.repeats_s, bench.repeats_gpu).center_variance(between))
+        return max(within, between)
+    return math.sqrt(spread(bench.repeats_s, bench.repeats_gpu).center_variance(between))
 
 
 def verdict(change: float, sigma: float, threshold: float, least: float = 0.5) -> Verdict:
