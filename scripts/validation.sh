@@ -23,7 +23,7 @@
 #       selection twice against it (clean reruns, or repeats to grow it with), i1-i4 once with 5 % injected
 #   bash scripts/validation.sh OUT_DIR fresh   # on a host that recorded none of the committed baseline: c1-c4 run
 #       the selection against it (RUNS="c1 c2 c3 c4", FA4 compiling), then s1-s4 its second clean run and 5 %
-#       injected (RUNS="s1 s2 s3 s4"): two device calls
+#       injected (RUNS="s1 s2 s3 s4"): two device calls; i1-i4 run 5 % injected alone
 #   bash scripts/validation.sh OUT_DIR retime  # the selection once per GPU, unpinned (--attn-baseline=off): cases
 #       the plugin now times otherwise (events with the host's gaps -> kernels) start over from these runs with
 #       `pytest-attn baseline add --restart-retimed BASELINE OUT_DIR/g*/run.json`; the others gain repeats
@@ -92,6 +92,7 @@ elif [ "$wave" = fresh ]; then
   for i in 1 2 3 4; do
     run[c$i]="$clean"
     run[s$i]="$whole --benchmark-json=\$OUTDIR/run2.json --attn-report=\$OUTDIR/report2; $inject"
+    run[i$i]="$inject"
   done
 elif [ "$wave" = retime ]; then
   order="g1 g2 g3 g4"
