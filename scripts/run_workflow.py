@@ -15,8 +15,9 @@ in, as a warm ``actions/cache`` would restore them; ``--cold`` leaves them out; 
 archive``), ``upload-artifact``/``download-artifact`` copy between the job folders, ``setup-python`` uses the
 host's Python, ``cache`` is skipped. ``--skip-install`` skips the steps named "Install...": the host's packages
 serve (its Python's bin on ``PATH``, a ``.venv/bin/activate`` that activates nothing, and the job's checkout first
-on ``PYTHONPATH``). What it cannot test: GitHub itself -- runner labels and scheduling, the approval of a fork's
-run, secrets, the real actions' code, artifacts' retention.
+on ``PYTHONPATH``; where pytest-attn is not installed, ``-p pytest_attn.plugin`` and a ``pytest-attn`` command
+stand in for what the install registers). What it cannot test: GitHub itself -- runner labels and scheduling, the
+approval of a fork's run, secrets, the real actions' code, artifacts' retention.
 
 It prints each job's steps with exit status and wall time, then the merge job's step summary and the gate's exit
 status, and exits 0 when every job ended as expected (``success``; ``--expect gate=failure`` for a run meant to
@@ -35,6 +36,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -244,7 +246,30 @@ def runner_env(job: Job, env: dict[str, str], opts: Options, files: dict[str, Pa
     out["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), out.get("PATH", "")])
     if opts.skip_install:  # the job's checkout is what pytest imports, as the skipped "pip install -e ." made it
         out["PYTHONPATH"] = os.pathsep.join(filter(None, [str(job.folder), os.environ.get("PYTHONPATH", "")]))
+        if not plugin_installed():  # nor did the install register the pytest plugin and the command: stand in
+            out["PATH"] = os.pathsep.join([str(job.folder / ".venv" / "bin"), out["PATH"]])
+            out["PYTEST_ADDOPTS"] = " ".join(filter(None, ["-p pytest_attn.plugin", out.get("PYTEST_ADDOPTS", "")]))
     return out
+
+
+def plugin_installed() -> bool:
+    """Whether this Python has pytest-attn installed (its pytest11 entry point and its ``pytest-attn`` command):
+    without it, a skipped install left the steps' ``pytest`` without the plugin and ``pytest-attn`` not found."""
+    try:
+        metadata.distribution("pytest-attn")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def stand_ins(bin_dir: Path) -> None:
+    """What the skipped install steps would have left in the job's virtual environment: an ``activate`` (the host's
+    Python serves) and a ``pytest-attn`` command running this checkout's."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    (bin_dir / "activate").write_text("# run_workflow.py --skip-install: the host's Python\n")
+    command = bin_dir / "pytest-attn"
+    command.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m pytest_attn.verdicts "$@"\n')
+    command.chmod(0o755)
 
 
 def run_script(job: Job, script: str, env: dict[str, str], cwd: Path, deadline: float, log: Any) -> int:
@@ -315,9 +340,8 @@ def execute(job: Job, github: dict[str, Any], base_env: dict[str, str], needs: d
     job.folder.mkdir(parents=True, exist_ok=True)
     temp = job.folder / "_temp"
     temp.mkdir(exist_ok=True)
-    if opts.skip_install:  # what the skipped install steps would have left: a virtual environment to activate
-        (job.folder / ".venv" / "bin").mkdir(parents=True, exist_ok=True)
-        (job.folder / ".venv" / "bin" / "activate").write_text("# run_workflow.py --skip-install: the host's Python\n")
+    if opts.skip_install:
+        stand_ins(job.folder / ".venv" / "bin")
     deadline = started + 60 * float(job.spec.get("timeout-minutes", 360))
     steps: dict[str, Any] = {}
     env = dict(base_env)

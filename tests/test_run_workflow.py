@@ -197,3 +197,25 @@ def test_the_real_workflow_runs_end_to_end_on_the_cpu_profile_with_fake_gpus(tmp
     assert len(merged["benchmarks"]) == 2 and len(merged["attn_shards"]) == 2
     assert "### pytest-attn: " in out and "(2 NEW)" in out  # the merge's step summary (no CPU baseline: all NEW)
     assert "== the gate (gate, 'Merge the shards, report, gate against the committed baseline'): exit 0" in out
+
+
+def test_where_pytest_attn_is_not_installed_the_plugin_and_its_command_stand_in(tmp_path, monkeypatch):
+    # on a GPU host with the packages but not pytest-attn, the shards' pytest ran without the plugin ("unrecognized
+    # arguments: --attn-profile=default") and the gate's `pytest-attn merge` was not found
+    import subprocess
+    import types
+
+    monkeypatch.setattr(rw, "plugin_installed", lambda: False)
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-rs")
+    job = types.SimpleNamespace(folder=tmp_path / "gate", id="gate", gpus=[])
+    rw.stand_ins(job.folder / ".venv" / "bin")
+    files = {k: tmp_path / k for k in ("temp", "output", "env", "path", "summary")}
+    opts = rw.Options(WORKFLOW, tmp_path, [], skip_install=True)
+    env = rw.runner_env(job, {}, opts, files)
+    assert env["PYTEST_ADDOPTS"] == "-p pytest_attn.plugin -rs"
+    assert env["PATH"].split(":")[0] == str(job.folder / ".venv" / "bin")
+    env["PYTHONPATH"] = str(SCRIPTS.parent)
+    done = subprocess.run(["pytest-attn", "merge", "--help"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "merge" in done.stdout, done.stderr
+    monkeypatch.setattr(rw, "plugin_installed", lambda: True)  # installed: nothing stands in
+    assert "-p pytest_attn.plugin" not in rw.runner_env(job, {}, opts, files)["PYTEST_ADDOPTS"]

@@ -348,3 +348,19 @@ def test_the_merge_command_refuses_bad_options_and_unwritable_paths_with_exit_4(
         assert main(["merge", a, "--baseline", "off", flag, str(path)]) == 4
         out = capsys.readouterr().out
         assert f"pytest-attn merge: {flag}: cannot write in " in out and "results" not in out, out
+
+
+def test_auto_counts_gpus_even_where_xdist_registered_after_this_plugin(monkeypatch):
+    # loaded with -p (no install: the workflow script's host), this plugin registers before xdist, and xdist's own
+    # answer (the CPU count) came first: -n auto on one H200 asked for 32 workers
+    import pluggy
+    from xdist import newhooks
+    from xdist import plugin as xdist_plugin
+
+    monkeypatch.setattr(workers, "_is_attention_suite", lambda config: True)
+    monkeypatch.setattr(workers, "visible_devices", lambda: ["GPU-a"])
+    manager = pluggy.PluginManager("pytest")
+    manager.add_hookspecs(newhooks)
+    manager.register(types.SimpleNamespace(pytest_xdist_auto_num_workers=workers.pytest_xdist_auto_num_workers))
+    manager.register(xdist_plugin)
+    assert manager.hook.pytest_xdist_auto_num_workers(config=types.SimpleNamespace(option=None)) == 1

@@ -156,9 +156,11 @@ def pytest_benchmark_compare_machine_info(config: pytest.Config, compared_benchm
         compared_benchmark["machine_info"] = saved
 
 
-@pytest.hookimpl(optionalhook=True)
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
-    """``-n auto`` in an attention run on a GPU machine: one worker per visible GPU."""
+    """``-n auto`` in an attention run on a GPU machine: one worker per visible GPU. First: loaded with ``-p``, this
+    plugin registers before xdist, whose own answer (the CPU count) then came first -- ``-n auto`` on one H200 asked
+    for 32 workers and the run stopped at start-up (docs/several-gpus.md)."""
     if not _is_attention_suite(config):
         return None
     return len(visible_devices()) or None
