@@ -11,7 +11,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from pytest_attn.engine import probe, slowed, timers
+from fake_clock_runs import on_the_fake_clock
+
+from pytest_attn.engine import probe
 
 CONFTEST = '''
 import os
@@ -95,28 +97,9 @@ STEADY, BOTH = "--attn-backends=steady", "--attn-backends=steady,other"
 OK, FAILED, USAGE = pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.USAGE_ERROR
 
 
-class ClockWork:
-    """The injection's matmuls on the fake clock: a side x depth x side product takes 1e-13 x side^2 x depth seconds."""
-
-    def __init__(self, clock):
-        self.clock = clock
-
-    def product_seconds(self, side, depth):
-        return 1e-13 * side**2 * depth
-
-    def runner(self, plan):
-        return lambda: self.clock.advance(plan.repeats * self.product_seconds(plan.side, plan.depth))
-
-    def step_seconds(self, step):
-        t0 = self.clock()
-        step()
-        return self.clock() - t0
-
-
 @pytest.fixture
 def run(pytester, monkeypatch, fake_clock):
-    monkeypatch.setattr(timers, "CPU_CLOCK", fake_clock)
-    monkeypatch.setattr(slowed, "WORK_FACTORY", lambda device: ClockWork(fake_clock))
+    on_the_fake_clock(monkeypatch, fake_clock)
     monkeypatch.setattr(probe, "cpu_model", lambda: "Test CPU 9000")
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_suite=SUITE)
