@@ -16,7 +16,7 @@ products left most SMs idle: on power-capped H100 steps the clock rose under the
 Calibration (:func:`calibrate`): the timed step's own time ``T`` is measured, so the extra work should
 take ``f x T``; on a GPU both in device time (the sum of kernel durations, as the kernel-sum timer reads
 them). A product's time is affine in its depth: two depths fit it (:func:`plan_work`), the planned
-product is timed, and one more fit corrects a plan more than :data:`TOLERANCE` off. Where even the
+product is timed, and a plan more than :data:`TOLERANCE` off is fitted again through it (twice at most). Where even the
 smallest product is longer than the target (decode steps of a few us), one is run and the injected share
 is what it is -- the description says how much was asked and how much was planned. Names are unchanged,
 so the gate compares the slowed run with the stored baseline.
