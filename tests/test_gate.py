@@ -340,6 +340,22 @@ def test_medians_of_two_timers_are_never_compared(change, timer, calls):
     assert same.verdict != "TIMER"  # the same timer and calls: compared as ever
 
 
+def test_a_timer_the_run_chose_itself_says_the_run_was_not_measured_against_the_baseline():
+    """The CI workflow's shards ran with --attn-baseline=off and were merged and gated: 11 cases of a 2 x H200
+    run were TIMER, and the note said to drop --attn-timer, which no one had given. A run that chose its own timer
+    is told to run with the baseline it is gated against; a pinned or --attn-timer run keeps the old advice."""
+    from pytest_attn.verdicts.runs import bench_of
+
+    base = {"suite::case": bench_of(_timed(6.3e-3, "cuda-event", 1))}
+    for choice, says in (("a call under 5 ms (the warm-up: 6.1 ms by events)", "--attn-baseline=auto"),
+                         ("--attn-timer=kernel-sum", "without --attn-timer")):
+        r = _timed(6.1e-3, "kernel-sum", 1)
+        r = dataclasses.replace(r, timing=dataclasses.replace(r.timing, timer_choice=choice))
+        (c,) = compare(base, {"suite::case": bench_of(r)}, Thresholds())
+        assert c.verdict == "TIMER" and says in c.notes[0]
+        assert ("not measured against this baseline" in c.notes[0]) == (says == "--attn-baseline=auto")
+
+
 def test_a_baseline_from_another_gpu_of_the_model_counts_the_unit_to_unit_noise():
     """On an H100 the FA2 varlen decode step (17.03 us, repeats within 0.2 %) read +2.9 % on another H100 of the
     model: SLOWER against the repeats' noise alone, AMBIGUOUS once the two GPUs' difference (a memory-bound case's

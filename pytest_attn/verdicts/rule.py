@@ -301,10 +301,17 @@ def unlike(b: Bench, c: Bench) -> str:
     how = c.record.timing.timer_choice if c.record is not None else ""
     fell = c.record.timing.timer_note if c.record is not None else ""
     why = "; ".join(filter(None, [how, fell]))
+    # a run measured without this baseline chose its own timers: shards run with --attn-baseline=off and merged
+    # gave 11 TIMER on a 2 x H200 host (docs/several-gpus.md)
+    unpinned = bool(how) and not how.startswith(("pinned", "--attn-timer"))
+    way = (" This run chose its own timer: it was not measured against this baseline (run with --attn-baseline=off,"
+           " or shards run so and merged). Run it with the baseline it is gated against (the default"
+           " --attn-baseline=auto, or --attn-baseline=FILE): each case is then timed as its record says"
+           if unpinned else " Run it as the baseline did (without --attn-timer: each case is then timed as its"
+           " baseline record says)")
     return (f"the baseline timed it by {pb.describe()} ({pb.input_sets} input set(s)), this run by {pc.describe()}"
             f" ({pc.input_sets}){f': {why}' if why else ''}. Medians of two timers are two quantities (events"
-            " around a short call read the host's launches): not compared. Run it as the baseline did (without"
-            " --attn-timer: each case is then timed as its baseline record says), or record the baseline again"
+            f" around a short call read the host's launches): not compared.{way}; or record the baseline again"
             " with this timer (--attn-save-baseline)")
 
 
