@@ -106,7 +106,7 @@ def test_the_busy_lines_give_each_workers_cases_time_and_span():
         Busy("gw1", "GPU 1 (NVIDIA H200, GPU-b)", 2, 4.5, 2.5, 7.5, died="died while running t.py::x"),
         Busy("gw2", "", 0, 0.0, None, None)])
     assert lines == [
-        "worker gw0 on GPU 0 (NVIDIA H200, GPU-a): started at 0.5 s, ready at 1.5 s; 3 case(s), 8.0 s of their own"
+        "worker gw0 on GPU 0 (NVIDIA H200, GPU-a): started at 0.5 s, collected at 1.5 s; 3 case(s), 8.0 s of their own"
         " time, from 2.0 s to 12.0 s (80% of that span in cases)",
         "worker gw1 on GPU 1 (NVIDIA H200, GPU-b): 2 case(s), 4.5 s of their own time, from 2.5 s to 7.5 s (90% of"
         " that span in cases); died while running t.py::x",

@@ -131,7 +131,7 @@ def test_two_workers_give_the_same_benchmarks_and_rows_as_one_process(pytester, 
     assert len(workers_of) == len(set(group.values())) and all(len(w) == 1 for w in workers_of.values())
     assert len(set.union(*workers_of.values())) == 2  # both worked
     two.stdout.fnmatch_lines(["pytest-attn: * problem(s) over 2 workers, longest first, each whole on one worker*",
-                              "worker gw0: started at * s, ready at * s; * case(s), * s of their own time, from * s"
+                              "worker gw0: started at * s, collected at * s; * case(s), * s of their own time, from * s"
                               " to * s*", "worker gw1: *",
                               "workers: the first ended at * s, the last at * s (* s apart)"])
     mark = second["attn_shard"]

@@ -154,7 +154,7 @@ class Busy:
     cases_s: float  # the measured cases' own time (each record's elapsed_s), summed
     first_s: float | None  # its first test's start
     last_s: float | None  # its last test's end
-    ready_s: float | None = None  # when it had collected (and built what its cases need): ready for work
+    ready_s: float | None = None  # when it had collected (its compile phase, if any, comes after: before its first test)
     died: str = ""  # how it ended early ("died while running ...")
     started_s: float | None = None  # its process's start
 
@@ -165,7 +165,7 @@ def busy_lines(workers: Sequence[Busy], seconds: Callable[[float], str] = lambda
     for w in workers:
         where = f" on {w.where}" if w.where else ""
         started = f"started at {seconds(w.started_s)}, " if w.started_s is not None and w.ready_s is not None else ""
-        ready = f"{started}ready at {seconds(w.ready_s)}; " if w.ready_s is not None else ""
+        ready = f"{started}collected at {seconds(w.ready_s)}; " if w.ready_s is not None else ""
         if w.first_s is None or w.last_s is None:
             span = "ran nothing"
         else:
