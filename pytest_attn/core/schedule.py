@@ -154,7 +154,7 @@ class Busy:
     cases_s: float  # the measured cases' own time (each record's elapsed_s), summed
     first_s: float | None  # its first test's start
     last_s: float | None  # its last test's end
-    ready_s: float | None = None  # when it had collected (its compile phase, if any, comes after: before its first test)
+    ready_s: float | None = None  # when it had collected (its compile phase, if any, follows it)
     died: str = ""  # how it ended early ("died while running ...")
     started_s: float | None = None  # its process's start
 
