@@ -50,6 +50,11 @@ class TimerPin:
         return f"{self.timer} x{self.calls_per_sample}"
 
 
+#: How ``Timing.timer_choice`` begins for a timer pinned by a baseline's record, and for one asked for.
+PINNED_CHOICE = "pinned by the baseline's record"
+ASKED_CHOICE = "--attn-timer="
+
+
 @dataclass(frozen=True)
 class Timing:
     """How the median was measured, and how far it can be trusted."""
@@ -83,6 +88,11 @@ class Timing:
     def pin(self) -> TimerPin:
         """The timer, calls per sample and input sets: what another median must share to be compared."""
         return TimerPin(self.timer, self.calls_per_sample, self.input_sets)
+
+    @property
+    def chose_its_timer(self) -> bool:
+        """The run chose this timer itself (by the call's length): neither a baseline's pin nor --attn-timer."""
+        return bool(self.timer_choice) and not self.timer_choice.startswith((PINNED_CHOICE, ASKED_CHOICE))
 
     @property
     def launch_gap_s(self) -> float | None:

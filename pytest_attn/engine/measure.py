@@ -17,7 +17,7 @@ from ..core.case import AttnCase
 from ..core.device import DeviceInfo
 from ..core.kernel_names import KernelCall
 from ..core.metrics import figures
-from ..core.record import Check, Clocks, Record, Timing, TimingCheck
+from ..core.record import ASKED_CHOICE, PINNED_CHOICE, Check, Clocks, Record, Timing, TimingCheck
 from ..core.stats import median, relative_drift, relative_precision
 from ..core.sustained import sustained
 from ..core.throttle import assess
@@ -186,13 +186,13 @@ def _timer(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSe
     estimate_s, why, by_kernels = call_estimate(report, step, device, settings.events_from_s)
     if pin is not None:
         built = build_timer(pin.timer, [step], estimate_s, flush, more_sets, pin)
-        return built, report, flush, f"pinned by the baseline's record: {pin.describe()}, {pin.input_sets} input" \
+        return built, report, flush, f"{PINNED_CHOICE}: {pin.describe()}, {pin.input_sets} input" \
                                      f" set(s){'; ' + why if why else ''}"
     kind = choose_timer(settings.timer, device.is_cuda, estimate_s, settings.events_from_s)
     if by_kernels and settings.timer == "auto":
         kind = "kernel-sum"
     if settings.timer != "auto" and device.is_cuda:
-        choice = f"--attn-timer={settings.timer}"
+        choice = f"{ASKED_CHOICE}{settings.timer}"
     elif not device.is_cuda:
         choice = "a CPU run"
     else:

@@ -303,7 +303,7 @@ def unlike(b: Bench, c: Bench) -> str:
     why = "; ".join(filter(None, [how, fell]))
     # a run measured without this baseline chose its own timers: shards run with --attn-baseline=off and merged
     # gave 11 TIMER on a 2 x H200 host (docs/several-gpus.md)
-    unpinned = bool(how) and not how.startswith(("pinned", "--attn-timer"))
+    unpinned = c.record is not None and c.record.timing.chose_its_timer
     way = (" This run chose its own timer: it was not measured against this baseline (run with --attn-baseline=off,"
            " or shards run so and merged). Run it with the baseline it is gated against (the default"
            " --attn-baseline=auto, or --attn-baseline=FILE): each case is then timed as its record says"
