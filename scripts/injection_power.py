@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from pytest_attn.engine.nvml import open_nvml
+
 STEPS = {  # name: (batch, heads, seq, head dim, causal)
     "llama3-8b-prefill-causal": (1, 32, 8192, 128, True),
     "long-16k-full": (1, 8, 16384, 64, False),
@@ -35,20 +37,20 @@ class Sampler:
     """The SM clock and the power, sampled every 5 ms by NVML while it runs."""
 
     def __init__(self) -> None:
-        import pynvml
-
-        pynvml.nvmlInit()
         uuid = str(torch.cuda.get_device_properties(0).uuid)
-        self.nvml = pynvml
-        self.handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+        self.nvml = open_nvml(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}", 0)
+        if self.nvml.status != "ok":
+            raise SystemExit(f"injection_power.py reads the clock and power by NVML: {self.nvml.status}")
         self.clocks: list[int] = []
         self.watts: list[float] = []
         self._stop = threading.Event()
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.clocks.append(self.nvml.nvmlDeviceGetClockInfo(self.handle, self.nvml.NVML_CLOCK_SM))
-            self.watts.append(self.nvml.nvmlDeviceGetPowerUsage(self.handle) / 1000)
+            clock, watts = self.nvml.sm_clock_mhz(), self.nvml.power_w()
+            if clock is not None and watts is not None:
+                self.clocks.append(clock)
+                self.watts.append(watts)
             time.sleep(0.005)
 
     def __enter__(self) -> Sampler:
