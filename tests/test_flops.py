@@ -105,3 +105,20 @@ def test_work_summary():
 def test_row_counts_match_the_dense_mask(sq, sk, left, right):
     mask = Mask.window(left, right)
     assert list(flops.visible_keys_per_row(sq, sk, mask)) == list(dense_mask_np(mask, sq, sk).sum(axis=1))
+
+
+def test_only_the_keys_some_query_sees_are_read():
+    # GPT-OSS's window decode: one query, a 128-token window (127 left) over 8,192 cached keys
+    win = Mask.window(127, 0)
+    assert flops.keys_read(1, 8192, win) == 128
+    assert flops.keys_read(4, 100, Mask.window(10, 0)) == 14  # rows at keys 96..99 see 86..99
+    assert flops.keys_read(1000, 1000, Mask.window(100, 0)) == 1000
+    assert flops.keys_read(2, 5, Mask.causal()) == 5 and flops.keys_read(5, 2, Mask.causal()) == 2
+    assert flops.keys_read(1, 5, Mask.none()) == 5
+    assert flops.keys_read(2, 10, Mask.window(0, 0)) == 2 and flops.keys_read(3, 1, Mask.causal()) == 1
+    cols = Mask.custom("two-columns", lambda sq, sk: np.arange(sk)[None, :].repeat(sq, 0) % 4 == 0)
+    assert flops.keys_read(3, 8, cols) == 2
+    decode = case(1, 8192, win, hq=64, hkv=8, d=64)
+    # q and o: 64 heads x 64 x 2 bytes each; k and v: 128 keys (not 8,192) x 8 heads x 64 x 2 bytes each
+    assert flops.min_bytes(decode) == 2 * 64 * 64 * 2 + 2 * 128 * 8 * 64 * 2
+    assert flops.tensor_bytes(decode) == 2 * 64 * 64 * 2 + 2 * 8192 * 8 * 64 * 2  # what is allocated

@@ -33,7 +33,10 @@ Minimal bytes
 -------------
 Each tensor read or written once from device memory: forward reads q, k, v and writes o; backward
 reads q, k, v, o and dO and writes dq, dk, dv (the per-row softmax statistics, 4 bytes per row per
-head, are left out as negligible). A custom mask that hides something adds one *bit* per (query,
+head, are left out as negligible). Only the keys and values some query sees need reading: a decode step
+with a 128-token window over an 8,192-token cache reads 128 of them (FA4 does: counted over the whole
+cache, GPT-OSS window decode read "1162 % of the datasheet bandwidth" on an H200, docs/catalog.md).
+What is allocated is :func:`tensor_bytes`. A custom mask that hides something adds one *bit* per (query,
 key) pair: its smallest general form, the packed mask (a dense bool mask is 8x that; a block-sparse
 form can be less). An all-True mask adds nothing: the minimal call passes no mask. k and v count
 ``heads_kv`` heads, so GQA lowers bytes. An fp8 KV cache counts one byte a key or value element (q and o
@@ -91,6 +94,35 @@ def _window_counts(seqlen_q: int, seqlen_k: int, mask: Mask) -> np.ndarray:
     lo = np.zeros_like(rows) if left < 0 else np.maximum(diag - left, 0)
     hi = np.full_like(rows, seqlen_k - 1) if right < 0 else np.minimum(diag + right, seqlen_k - 1)
     return np.maximum(hi - lo + 1, 0)
+
+
+def keys_read(seqlen_q: int, seqlen_k: int, mask: Mask) -> int:
+    """How many keys of one sequence some query sees: the ones a kernel must read. A band mask's rows see
+    intervals that move by one key a row, so their union is one interval."""
+    import numpy as np
+    if mask.kind == "none":
+        return seqlen_k
+    if mask.kind == "custom":
+        return _custom_columns(seqlen_q, seqlen_k, mask)
+    left, right = mask.window_left, mask.window_right
+    rows = np.arange(seqlen_q, dtype=np.int64)[_window_counts(seqlen_q, seqlen_k, mask) > 0]
+    if not rows.size:
+        return 0
+    diag = rows + (seqlen_k - seqlen_q)
+    lo = 0 if left < 0 else max(int(diag[0]) - left, 0)
+    hi = seqlen_k - 1 if right < 0 else min(int(diag[-1]) + right, seqlen_k - 1)
+    return hi - lo + 1
+
+
+@functools.lru_cache(maxsize=64)
+def _custom_columns(seqlen_q: int, seqlen_k: int, mask: Mask) -> int:
+    """Keys a custom mask leaves visible to some query (blocks of rows, as :func:`_custom_counts`)."""
+    import numpy as np
+    block = max(1, (1 << 26) // max(1, seqlen_k))
+    seen = np.zeros(seqlen_k, dtype=bool)
+    for start in range(0, seqlen_q, block):
+        seen |= mask.rows(seqlen_q, seqlen_k, np.arange(start, min(seqlen_q, start + block))).any(axis=0)
+    return int(seen.sum())
 
 
 def visible_pairs(seqlen_q: int, seqlen_k: int, mask: Mask) -> int:
@@ -159,11 +191,23 @@ def fa2_flops(case: AttnCase) -> int:
 
 
 def min_bytes(case: AttnCase) -> int:
-    """Minimal device-memory traffic of one timed call (see module docstring)."""
+    """Minimal device-memory traffic of one timed call (see module docstring): the keys and values some query
+    sees."""
+    read = sum(keys_read(sq, sk, case.mask) for sq, sk in zip(case.seqlens_q, case.seqlens_k, strict=True))
+    return _bytes(case, read)
+
+
+def tensor_bytes(case: AttnCase) -> int:
+    """What one call's tensors hold (every key of the cache, seen or not), counted as :func:`min_bytes` counts
+    traffic: the memory an input set takes, and what it puts through the L2."""
+    return _bytes(case, case.total_k)
+
+
+def _bytes(case: AttnCase, keys: int) -> int:
     e, kv_e = case.elem_bytes, case.kv_elem_bytes
     q = case.total_q * case.heads_q * case.head_dim_qk * e
-    k = case.total_k * case.heads_kv * case.head_dim_qk * kv_e
-    v = 0 if case.latent_kv else case.total_k * case.heads_kv * case.head_dim_v * kv_e
+    k = keys * case.heads_kv * case.head_dim_qk * kv_e
+    v = 0 if case.latent_kv else keys * case.heads_kv * case.head_dim_v * kv_e
     o = case.total_q * case.heads_q * case.head_dim_v * e
     sinks = 4 * case.heads_q if case.sinks else 0
     mask = 0

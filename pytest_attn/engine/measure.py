@@ -171,7 +171,7 @@ def _timer(case: AttnCase, backend: Backend, device: DeviceInfo, settings: RunSe
     pin = settings.pin if device.is_cuda and settings.timer == "auto" else None
 
     def more_sets(have: int) -> list[Callable[[], Any]]:
-        per_set = flops.min_bytes(case)
+        per_set = flops.tensor_bytes(case)
         sets = pin.input_sets if pin is not None else \
             input_sets(per_set, device.l2_bytes, min_sets=settings.min_input_sets)
         if free is not None and device.is_cuda:  # extra copies may use half of what the first one left free
@@ -323,7 +323,7 @@ def record_of(p: Prepared, sampling: Sampling, diagnose: bool = True) -> Record:
                       p.warmup.settled, prepare_s=p.prepare_s, elapsed_s=time.perf_counter() - p.started,
                       setup_s=p.setup_s, graph_replay_s=median(replay) if replay else None,
                       drift=relative_drift(samples), capture=built.capture,
-                      l2=l2_condition(built.cache_kind, built.input_sets, flops.min_bytes(case), device.l2_bytes),
+                      l2=l2_condition(built.cache_kind, built.input_sets, flops.tensor_bytes(case), device.l2_bytes),
                       timer_choice=p.choice, host_gap=p.warmup.host_gap,
                       kernels_s=p.warmup.kernels_s),
         work=work,

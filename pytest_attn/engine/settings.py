@@ -74,4 +74,4 @@ class RunSettings:
 def required_bytes(case: AttnCase, backend: Backend, device: DeviceInfo) -> int:
     """Device memory one input set of this case needs: its tensors, gradients for fwd+bwd, the back
     end's workspace and the L2-flush buffer."""
-    return flops.min_bytes(case) + backend.workspace_bytes(case) + 2 * (device.l2_bytes or 0)
+    return flops.tensor_bytes(case) + backend.workspace_bytes(case) + 2 * (device.l2_bytes or 0)
