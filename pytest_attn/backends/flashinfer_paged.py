@@ -7,8 +7,11 @@ serving engine's allocator leaves it (:mod:`.kvcache` builds it, once, outside t
   ``BatchDecodeWithPagedKVCacheWrapper``, one query per sequence (``-tc``: ``use_tensor_cores=True``,
   which takes any GQA group size).
 
-Both take sinks (``run(..., sinks=)``, one fp32 logit per query head) and an fp8 KV cache (``plan(kv_data_type=
-torch.float8_e4m3fn)``, ``run(..., k_scale=, v_scale=)``), as FlashInfer 0.7.2 documents them.
+Both take an fp8 KV cache (``plan(kv_data_type=torch.float8_e4m3fn)``, ``run(..., k_scale=, v_scale=)``), as
+FlashInfer 0.7.2 documents them. Not sinks: ``run(sinks=)`` is documented, but 0.7.2's JIT kernels (what Hopper
+runs) ignore it -- on an H200 their output matched attention without the sink (within 0.002) and missed the one
+with it by 0.07-0.48, and the fuzzer shrank it to one query over two keys, 0.667 off (docs/gpu-validation.md).
+Timed, a sink case would read as GPT-OSS's step while computing another.
 """
 
 from __future__ import annotations
@@ -29,9 +32,13 @@ class _FlashInferPagedBase(FlashInferCall):
     page_size: int = 16
 
     only_suites: ClassVar[tuple[str, ...]] = ("decode",)
-    forms: ClassVar[tuple[str, ...]] = ("sinks", "fp8-kv")
+    forms: ClassVar[tuple[str, ...]] = ("fp8-kv",)
 
     def _refuses(self, case: AttnCase) -> str | None:
+        if case.sinks:
+            return (f"{self.api}.run(sinks=) is ignored by FlashInfer 0.7.2's JIT kernels on Hopper (measured on an"
+                    " H200: its output is attention without the sink), so a sink case cannot be timed through it;"
+                    " fa4 takes sinks")
         if case.cache is not None and case.cache.slots:
             return f"{self.name} maps requests to pages by its index arrays; shuffled cache rows are a dense-cache idea"
         return self._flags_or_refuse(case)
@@ -53,10 +60,8 @@ class _FlashInferPagedBase(FlashInferCall):
         return cache, wanted
 
     def _run_kwargs(self, run: Any, case: AttnCase, inputs: Inputs) -> dict[str, Any]:
-        """What ``run()`` takes beyond q and the pages: the sink logits, the fp8 cache's scales."""
+        """What ``run()`` takes beyond q and the pages: the fp8 cache's scales."""
         wanted: dict[str, Any] = {}
-        if inputs.sinks is not None:
-            wanted["sinks"] = inputs.sinks.to(inputs.q.device)
         if case.kv_dtype is not None:
             wanted.update(k_scale=inputs.k_scale, v_scale=inputs.v_scale)
         return fi_kwargs(run, wanted)
