@@ -34,9 +34,9 @@ Minimal bytes
 Each tensor read or written once from device memory: forward reads q, k, v and writes o; backward
 reads q, k, v, o and dO and writes dq, dk, dv (the per-row softmax statistics, 4 bytes per row per
 head, are left out as negligible). Only the keys and values some query sees need reading: a decode step
-with a 128-token window over an 8,192-token cache reads 128 of them (FA4 does: counted over the whole
-cache, GPT-OSS window decode read "1162 % of the datasheet bandwidth" on an H200, docs/catalog.md).
-What is allocated is :func:`tensor_bytes`. A custom mask that hides something adds one *bit* per (query,
+under a 128-token window reads 128 of an 8,192-token cache (counted whole, FA4's GPT-OSS window decode
+read 1162 % of an H200's bandwidth: docs/gpu-validation.md#back-ends-and-kernels). What is allocated is
+:func:`tensor_bytes`. A custom mask that hides something adds one *bit* per (query,
 key) pair: its smallest general form, the packed mask (a dense bool mask is 8x that; a block-sparse
 form can be less). An all-True mask adds nothing: the minimal call passes no mask. k and v count
 ``heads_kv`` heads, so GQA lowers bytes. An fp8 KV cache counts one byte a key or value element (q and o
