@@ -8,7 +8,7 @@ would on a GPU; the capture records shapes, never values.
     python scripts/capture_workloads.py pytest_attn/workloads/ --only llama3-8b
 
 * ``llama3-8b``: Llama-3-8B (transformers' LlamaForCausalLM, SDPA attention, bf16): a prefill of 4 prompts of
-  2,048 tokens, then 128 greedy decode steps through the model's own KV cache.
+  2,048 tokens, then 128 decode steps through the model's own KV cache.
 * ``qwen2.5-7b``: Qwen2.5-7B (Qwen2ForCausalLM), the same step.
 * ``hunyuan-video-dit``: one denoising step of a HunyuanVideo-like DiT: 20 double-stream and 40 single-stream
   blocks, each one joint full attention over 111,856 video+text tokens, 24 heads x 128 (bf16). Not Tencent's
@@ -37,18 +37,21 @@ HUNYUAN = {"heads": 24, "head_dim": 128, "double_blocks": 20, "single_blocks": 4
 PROMPTS, PROMPT_TOKENS, DECODE_STEPS = 4, 2048, 128
 
 
-def _llm_step(model: Any, steps: int) -> None:
+def _llm_step(model: Any, steps: int, device: str = "meta", prompts: int = PROMPTS,
+              tokens: int = PROMPT_TOKENS) -> None:
+    """The step: a prefill of ``prompts`` x ``tokens``, then ``steps`` decode steps through the model's own cache.
+    The token ids are zeros: they change no attention call's shape or work (scripts/model_attention.py runs it on
+    a GPU)."""
     import inspect
 
     import torch
 
-    ids = torch.zeros(PROMPTS, PROMPT_TOKENS, dtype=torch.long, device="meta")
     new = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     with torch.no_grad():
-        out = model(input_ids=ids, use_cache=True)
+        out = model(input_ids=torch.zeros(prompts, tokens, dtype=torch.long, device=device), use_cache=True)
         for _ in range(steps):
             cache = out.cache if new == "cache" else out.past_key_values
-            out = model(input_ids=torch.zeros(PROMPTS, 1, dtype=torch.long, device="meta"), use_cache=True,
+            out = model(input_ids=torch.zeros(prompts, 1, dtype=torch.long, device=device), use_cache=True,
                         **{new: cache})
 
 

@@ -6,7 +6,7 @@ a workload stands for its model). GPU; on a CPU it runs a tiny config for the te
     python3 scripts/model_attention.py OUT/ --model llama3-8b --replay OUT/replay.json   # the comparison
 
 The model is built from its published config (``scripts/capture_workloads.py``) with random weights on the GPU
-(bf16, no download): a prefill of 4 prompts x 2,048 tokens, then 128 greedy decode steps through its own KV cache.
+(bf16, no download): a prefill of 4 prompts x 2,048 tokens, then 128 decode steps through its own KV cache.
 One run under ``pytest_attn.capture`` (the workload, and the warm-up), then one under ``torch.profiler``: the
 model's attention time is the device time of the kernels under its ``aten::scaled_dot_product_attention`` calls
 (their children included), prefill and decode told apart by the query's length. ``--replay`` adds a
@@ -106,11 +106,10 @@ def replay_steps(replay: Mapping[str, Any], workload: Mapping[str, Any]) -> dict
     return steps
 
 
-def _model(name: str, device: str) -> tuple[Any, int, int, int]:
+def _model(cw: Any, name: str, device: str) -> tuple[Any, int, int, int]:
     import torch
     import transformers
 
-    cw = _capture_workloads()
     kind, config = {"llama3-8b": ("Llama", cw.LLAMA3_8B), "qwen2.5-7b": ("Qwen2", cw.QWEN25_7B),
                     "tiny-llama": ("Llama", TINY)}[name]
     cfg = getattr(transformers, f"{kind}Config")(**config, attn_implementation="sdpa")
@@ -123,22 +122,6 @@ def _model(name: str, device: str) -> tuple[Any, int, int, int]:
     return model, cw.PROMPTS, cw.PROMPT_TOKENS, cw.DECODE_STEPS
 
 
-def _step(model: Any, prompts: int, tokens: int, steps: int, device: str) -> None:
-    """The workload's step: a prefill, then greedy decode steps through the model's own cache."""
-    import inspect
-
-    import torch
-
-    new = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-    ids = torch.randint(0, model.config.vocab_size, (prompts, tokens), device=device,
-                        generator=torch.Generator(device).manual_seed(1))
-    with torch.no_grad():
-        out = model(input_ids=ids, use_cache=True)
-        for _ in range(steps):
-            cache = out.cache if new == "cache" else out.past_key_values
-            out = model(input_ids=out.logits[:, -1:].argmax(-1), use_cache=True, **{new: cache})
-
-
 def measure(name: str, out: Path, device: str) -> dict[str, Any]:
     """Capture the model's step into ``out/NAME.workload.json``, then profile it: prefill and decode apart."""
     import torch
@@ -146,15 +129,16 @@ def measure(name: str, out: Path, device: str) -> dict[str, Any]:
 
     import pytest_attn
 
-    model, prompts, tokens, steps = _model(name, device)
+    cw = _capture_workloads()
+    model, prompts, tokens, steps = _model(cw, name, device)
     path = out / f"{name}.workload.json"
     with pytest_attn.capture(path, name=name, source=f"scripts/model_attention.py on {device}"):
-        _step(model, prompts, tokens, steps, device)
+        cw._llm_step(model, steps, device, prompts, tokens)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     if device == "cuda":
         torch.cuda.synchronize()
     with profile(activities=activities, record_shapes=True) as prof:
-        _step(model, prompts, tokens, steps, device)
+        cw._llm_step(model, steps, device, prompts, tokens)
         if device == "cuda":
             torch.cuda.synchronize()
     phases = attention_time(prof.events(), device == "cuda")
