@@ -86,23 +86,27 @@ def dispatched(ops: Mapping[str, int]) -> str | None:
     return names.pop() if len(names) == 1 else None
 
 
-def replay_steps(replay: Mapping[str, Any], workload: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def replay_steps(replay: Mapping[str, Any], workload: Any) -> dict[str, dict[str, Any]]:
     """Per back end of a replay's ``--benchmark-json``: its step (median x the record's count over the records it
-    ran), split into the first record (the prefill) and the rest, and how many records it ran."""
-    counts = {f"wl-{workload['name']}-r{i}": r["count"] for i, r in enumerate(workload["records"])}
+    ran), split into the first record (the prefill) and the rest, and how many records it ran. ``workload``: a
+    :class:`pytest_attn.core.workload.Workload`; its cases are named as the replay names them."""
+    from pytest_attn.core.replay import case_name
+
+    records = {case_name(workload, r): r for r in workload.records}
+    first = case_name(workload, workload.records[0])
     steps: dict[str, dict[str, Any]] = {}
     for bench in replay["benchmarks"]:
         info = bench["extra_info"]
         shape, backend = info["case"]["shape"], info["case"]["backend"]
-        if shape not in counts:
+        if shape not in records:
             continue
         s = steps.setdefault(backend, {"seconds": 0.0, "first": 0.0, "records": 0})
-        took = info["timing"]["median_s"] * counts[shape]
+        took = info["timing"]["median_s"] * records[shape].count
         s["seconds"] += took
-        s["first"] += took if shape.endswith("-r0") else 0.0
+        s["first"] += took if shape == first else 0.0
         s["records"] += 1
     for s in steps.values():
-        s["complete"] = s["records"] == len(counts)
+        s["complete"] = s["records"] == len(records)
     return steps
 
 
@@ -185,7 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     model = json.loads(saved.read_text())
     steps = {}
     if args.replay is not None:
-        workload = json.loads((args.out / f"{args.model}.workload.json").read_text())
+        from pytest_attn.core.workload import load_workload
+
+        workload = load_workload(args.out / f"{args.model}.workload.json")
         steps = replay_steps(json.loads(args.replay.read_text()), workload)
     print("\n".join(compare(model, steps)))
     return 0

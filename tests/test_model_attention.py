@@ -58,7 +58,8 @@ def bench(shape, backend, median_s):
 
 
 def test_replay_steps_weigh_each_record_by_its_count_and_say_which_are_whole():
-    workload = {"name": "m", "records": [{"count": 32}, {"count": 32}]}
+    records = (SimpleNamespace(count=32, order=0), SimpleNamespace(count=32, order=1))
+    workload = SimpleNamespace(name="m", records=records)  # what core.replay.case_name reads
     replay = {"benchmarks": [bench("wl-m-r0", "sdpa-flash", 1e-3), bench("wl-m-r1", "sdpa-flash", 2e-5),
                              bench("wl-m-r0", "fa4", 8e-4), bench("other", "fa4", 1.0)]}
     steps = ma.replay_steps(replay, workload)
