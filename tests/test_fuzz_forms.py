@@ -176,3 +176,29 @@ def test_an_mla_only_kernel_is_fuzzed_on_latent_cases_and_its_dropped_rope_found
     assert fuzzer.reach[("planted", "fwd")].ran["decode"] > 0
     with pytest.raises(AssertionError, match="planted gives a wrong result"):
         fuzz_planted(Fuzzer(Registry([MlaOnly("rope_dropped")]), CPU, dtypes=("fp32",)))
+
+
+class SinksOnly(Planted):
+    """A sink kernel (as FlashInfer's sink wrapper): sink cases only."""
+
+    def supports(self, case, device):
+        return None if case.sinks else "a sink kernel: sink cases only"
+
+
+def test_a_sinks_only_kernel_is_fuzzed_with_a_sink_on_every_case_and_its_faults_found():
+    fuzzer = Fuzzer(Registry([SinksOnly("none")]), CPU, dtypes=("fp32",))
+    space = fuzzer.space("planted", "fwd")
+    assert isinstance(space, Space) and space.sinks and space.sinks_only
+    assert space.queries is None and {"self", "prefix", "decode", "serving"} <= set(dict(space.by_relation))
+
+    @settings(settings.get_profile("ci"), database=None, max_examples=20)
+    @given(case=attn_cases(backend="planted", space=space))
+    def every_case_has_a_sink(case):
+        assert case.sinks
+
+    every_case_has_a_sink()
+    fuzz_planted(fuzzer)
+    assert sum(fuzzer.reach[("planted", "fwd")].ran.values()) > 0
+    for fault in ("sink_ignored", "sink_twice"):
+        with pytest.raises(AssertionError, match="planted gives a wrong result"):
+            fuzz_planted(Fuzzer(Registry([SinksOnly(fault)]), CPU, dtypes=("fp32",)))

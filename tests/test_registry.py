@@ -24,7 +24,8 @@ def test_builtin_registry():
         "flash-attn-kvcache-split1", "flash-attn-paged", "fa3", "fa3-varlen", "fa3-kvcache", "fa4", "fa4-varlen",
         "fa4-paged",
         "flashinfer-single", "flashinfer-ragged", "flashinfer-paged", "flashinfer-decode-p16", "flashinfer-decode-p256",
-        "flashinfer-decode-tc-p16", "flashinfer-mla", "flashinfer-custom", "flashinfer-packed", "flashinfer-bsr",
+        "flashinfer-decode-tc-p16", "flashinfer-sink", "flashinfer-mla", "flashinfer-custom", "flashinfer-packed",
+        "flashinfer-bsr",
         "reference",
     ]
     assert "reference" not in reg.default_names()

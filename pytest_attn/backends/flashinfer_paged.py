@@ -5,13 +5,17 @@ serving engine's allocator leaves it (:mod:`.kvcache` builds it, once, outside t
   queries per sequence (speculative decoding, chunked prefill);
 * :class:`FlashInferDecode` (``flashinfer-decode-p16`` / ``-p256`` / ``-tc-p16``) --
   ``BatchDecodeWithPagedKVCacheWrapper``, one query per sequence (``-tc``: ``use_tensor_cores=True``,
-  which takes any GQA group size).
+  which takes any GQA group size);
+* :class:`FlashInferSink` (``flashinfer-sink``) -- ``BatchAttentionWithAttentionSinkWrapper``: the paged prefill
+  kernel JIT-built with FlashInfer's ``AttentionSink`` variant, ``run(q, pages, sink, sm_scale)``; sink cases
+  only, prefill (the prompt in pages) and decode.
 
-Both take an fp8 KV cache (``plan(kv_data_type=torch.float8_e4m3fn)``, ``run(..., k_scale=, v_scale=)``), as
-FlashInfer 0.7.2 documents them. Not sinks: ``run(sinks=)`` is documented, but 0.7.2's JIT kernels (what Hopper
+The first two take an fp8 KV cache (``plan(kv_data_type=torch.float8_e4m3fn)``, ``run(..., k_scale=, v_scale=)``),
+as FlashInfer 0.7.2 documents them. Not sinks: ``run(sinks=)`` is documented, but 0.7.2's JIT kernels (what Hopper
 runs) ignore it -- on an H200 their output matched attention without the sink (within 0.002) and missed the one
 with it by 0.07-0.48, and the fuzzer shrank it to one query over two keys, 0.667 off (docs/gpu-validation.md).
-Timed, a sink case would read as GPT-OSS's step while computing another.
+Timed, a sink case would read as GPT-OSS's step while computing another; ``flashinfer-sink`` is FlashInfer's call
+that computes one.
 """
 
 from __future__ import annotations
@@ -35,10 +39,10 @@ class _FlashInferPagedBase(FlashInferCall):
     forms: ClassVar[tuple[str, ...]] = ("fp8-kv",)
 
     def _refuses(self, case: AttnCase) -> str | None:
-        if case.sinks:
+        if case.sinks and "sinks" not in self.forms:
             return (f"{self.api}.run(sinks=) is ignored by FlashInfer 0.7.2's JIT kernels on Hopper (measured on an"
                     " H200: its output is attention without the sink), so a sink case cannot be timed through it;"
-                    " fa4 takes sinks")
+                    " flashinfer-sink and fa4 take sinks")
         if case.cache is not None and case.cache.slots:
             return f"{self.name} maps requests to pages by its index arrays; shuffled cache rows are a dense-cache idea"
         return self._flags_or_refuse(case)
@@ -154,9 +158,57 @@ class FlashInferDecode(_FlashInferPagedBase):
         return self._step(fi, case, inputs, cache, lambda: wrapper.run(q, pages, **more))
 
 
+@dataclass(frozen=True)
+class FlashInferSink(_FlashInferPagedBase):
+    """``BatchAttentionWithAttentionSinkWrapper``: a sink logit per query head (fp32, in the softmax's own units)
+    passed to ``run()`` with the scale, as FlashInfer's own tests call it (its test_attention_sink.py)."""
+
+    api: ClassVar[str] = "BatchAttentionWithAttentionSinkWrapper"
+    only_suites: ClassVar[tuple[str, ...]] = ("prefill", "decode")
+    forms: ClassVar[tuple[str, ...]] = ("sinks",)
+
+    @property
+    def name(self) -> str:
+        return "flashinfer-sink"
+
+    @property
+    def description(self) -> str:
+        return f"flashinfer.{self.api} (pages of {self.page_size}; run(q, pages, sink, sm_scale))"
+
+    def _refuses(self, case: AttnCase) -> str | None:
+        if not case.sinks:
+            return f"{self.api} is FlashInfer's call for attention sinks and this case has none (flashinfer-paged)"
+        return super()._refuses(case)
+
+    def expression(self, case: AttnCase) -> str:
+        return f"{super().expression(case)}, sink logit per head"
+
+    def _build(self, fi: Any, case: AttnCase, inputs: Inputs) -> ForwardFn:
+        import torch
+
+        cache, wanted = self._paged_plan(case, inputs)
+        flags = window_flags(case)
+        assert flags is not None and inputs.cu_seqlens_q is not None and inputs.sinks is not None
+        # the window and dims pick the JIT module at construction; plan() takes the window again
+        with library_refusal(self.name, "the wrapper's construction"):
+            wrapper = fi.BatchAttentionWithAttentionSinkWrapper(
+                workspace(inputs.q.device), "NHD", q_data_type=wanted["q_data_type"],
+                kv_data_type=wanted["kv_data_type"], head_dim_qk=case.head_dim_qk, head_dim_vo=case.head_dim_v,
+                window_left=flags[1])
+        with library_refusal(self.name, "plan()"):
+            wrapper.plan(inputs.cu_seqlens_q, cache.indptr, cache.indices, cache.last_page_len, case.heads_q,
+                         case.heads_kv, case.head_dim_qk, self.page_size,
+                         **fi_kwargs(wrapper.plan, {**wanted, "causal": flags[0]}))
+        q, pages = inputs.q, (cache.k, cache.v)
+        sink = inputs.sinks.to(device=q.device, dtype=torch.float32)
+        scale = float(case.scale)
+        return self._step(fi, case, inputs, cache, lambda: wrapper.run(q, pages, sink, scale))
+
+
 PAGED_BACKENDS: tuple[FlashInferCall, ...] = (
     FlashInferPaged(16),
     FlashInferDecode(16),
     FlashInferDecode(256),
     FlashInferDecode(16, tensor_cores=True),
+    FlashInferSink(16),
 )

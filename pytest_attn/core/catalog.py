@@ -21,9 +21,10 @@ PROFILES: tuple[str, ...] = ("smoke", "default", "full", "cpu", "sustained", "mo
 #: batch, paged and decode kernels each need further modules that only their first call reveals, compiled
 #: one after another (on an H200: 181 s of first calls after an 87 s parallel build of the first modules).
 #: FlashInfer stays in smoke through single-request prefill, with flags and with a custom mask. Name them
-#: in --attn-backends to run them with smoke anyway.
+#: in --attn-backends to run them with smoke anyway. FlashInfer's sink wrapper takes sink cases, which smoke has not.
 SMOKE_LEAVES_OUT: tuple[str, ...] = ("flashinfer-ragged", "flashinfer-paged", "flashinfer-decode-p16",
-                                     "flashinfer-decode-p256", "flashinfer-decode-tc-p16", "flashinfer-bsr")
+                                     "flashinfer-decode-p256", "flashinfer-decode-tc-p16", "flashinfer-bsr",
+                                     "flashinfer-sink")
 
 
 KINDS: tuple[str, ...] = ("prefill", "decode", "varlen", "masks")

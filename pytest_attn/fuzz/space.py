@@ -48,20 +48,15 @@ def _probe(backend: Backend, device: DeviceInfo, **fields: Any) -> bool:
     return _refusal(backend, device, **fields) is None
 
 
-def probe_space(
-    backend: Backend,
-    device: DeviceInfo,
-    direction: str,
-    *,
-    dtypes: tuple[str, ...] | None = None,
-    head_dims: tuple[int, ...] | None = None,
-) -> Space | str:
+def probe_space(backend: Backend, device: DeviceInfo, direction: str, *, dtypes: tuple[str, ...] | None = None,
+                head_dims: tuple[int, ...] | None = None) -> Space | str:
     """What ``backend`` takes, found by asking its ``supports()`` about small probe cases; or why it
     cannot be fuzzed here."""
     early = unavailable(backend, device, direction) or _latent_only(backend, device, dtypes)  # or an MLA kernel
     if early:
         return early
-    shape = _decode_only(backend, device)
+    decode = _decode_only(backend, device)
+    shape = {**decode, **_sinks_only(backend, device, decode)}  # what every probe carries
     dt_candidates = dtypes or (("fp16", "bf16", "fp32") if device.is_cuda else ("fp32", "bf16"))
     ok_dtypes = tuple(d for d in dt_candidates if _probe(backend, device, dtype=d, head_dim_qk=64, head_dim_v=64,
                                                          **shape))
@@ -76,12 +71,12 @@ def probe_space(
     d = ok_dims[0]
     common: dict[str, Any] = dict(dtype=dt, head_dim_qk=d, head_dim_v=d, **shape)
     plain = {k: v for k, v in common.items() if k not in ("seqlens_q", "seqlens_k")}
-    by_relation = _relation_kinds(backend, device, plain, decode_only=bool(shape), forward=direction == "fwd")
+    by_relation = _relation_kinds(backend, device, plain, decode_only=bool(decode), forward=direction == "fwd")
     if not by_relation:
         why = _refusal(backend, device, **common)
         return f"{backend.name} takes no small case of any mask and length relation: {why}"
     kinds = tuple(k for k in MASKS if any(k in ks for ks in by_relation.values()))
-    two = {"seqlens_q": (1, 1), "seqlens_k": (3, 8)} if shape else {"seqlens_q": (3, 8), "seqlens_k": (3, 8)}
+    two = {"seqlens_q": (1, 1), "seqlens_k": (3, 8)} if decode else {"seqlens_q": (3, 8), "seqlens_k": (3, 8)}
     return Space(
         dtypes=ok_dtypes,
         head_dims=ok_dims,
@@ -89,7 +84,7 @@ def probe_space(
         ragged=_probe(backend, device, **{**plain, **two}),
         gqa=_probe(backend, device, heads_q=4, heads_kv=2, **common),
         cross=any(r != "self" for r in by_relation),
-        queries=1 if shape else None,
+        queries=1 if decode else None,
         q_longer="cross" in by_relation,
         max_len=300 if device.is_cuda else 129,
         long=device.is_cuda,
@@ -106,7 +101,8 @@ def _forms(backend: Backend, device: DeviceInfo, common: dict[str, Any]) -> dict
     pairs = GPU_DIM_PAIRS if device.is_cuda else CPU_DIM_PAIRS
     mla = GPU_MLA_DIMS if device.is_cuda else CPU_MLA_DIMS
     return dict(
-        sinks=_probe(backend, device, **common, sinks=True),
+        sinks=_probe(backend, device, **{**common, "sinks": True}),
+        sinks_only=bool(common.get("sinks")),  # every probe carried a sink: the back end takes no other case
         kv_fp8=common["dtype"] != "fp8" and _probe(backend, device, **common, kv_dtype="fp8"),
         dim_pairs=tuple(p for p in pairs if _probe(backend, device, **base, head_dim_qk=p[0], head_dim_v=p[1])),
         mla_dims=tuple(p for p in mla if _probe(backend, device, **base, heads_q=4, heads_kv=1, head_dim_qk=p[0],
@@ -153,6 +149,15 @@ def _decode_only(backend: Backend, device: DeviceInfo) -> dict[str, Any]:
     if _refusal(backend, device, head_dim_qk=64, head_dim_v=64, dtype="bf16") and _probe(
             backend, device, seqlens_q=(1,), seqlens_k=(8,), head_dim_qk=64, head_dim_v=64, dtype="bf16"):
         return {"seqlens_q": (1,), "seqlens_k": (8,)}
+    return {}
+
+
+def _sinks_only(backend: Backend, device: DeviceInfo, shape: dict[str, Any]) -> dict[str, Any]:
+    """``sinks=True`` for every probe of a back end that takes sink cases only (FlashInfer's sink wrapper), else
+    nothing: asked without a sink, it would refuse every probe and never be fuzzed."""
+    probe: dict[str, Any] = dict(head_dim_qk=64, head_dim_v=64, dtype="bf16", **shape)
+    if _refusal(backend, device, **probe) and _probe(backend, device, **probe, sinks=True):
+        return {"sinks": True}
     return {}
 
 

@@ -203,6 +203,7 @@ class Space:
     cache_slots: bool = False  # serving batches may place requests in shuffled cache rows
     # the forms beyond plain attention (forward only), each drawn for half the cases where the back end takes it
     sinks: bool = False  # a sink logit per query head
+    sinks_only: bool = False  # a back end that takes sink cases only: every forward case drawn has sinks
     kv_fp8: bool = False  # an fp8 KV cache with per-tensor scales
     dim_pairs: tuple[tuple[int, int], ...] = ()  # unequal (head_dim_qk, head_dim_v), e.g. DeepSeek's (192, 128)
     mla_dims: tuple[tuple[int, int], ...] = ()  # absorbed MLA (latent + rope, latent), one latent KV head
@@ -273,7 +274,7 @@ def attn_cases(
         d = draw(_made(st.sampled_from, space.head_dims))
         dv = draw(_made(st.sampled_from, space.head_dims)) if space.head_dim_v_differs else d
     dtype = draw(_made(st.sampled_from, space.dtypes))
-    sinks = forward and space.sinks and draw(st.booleans())
+    sinks = forward and space.sinks and (space.sinks_only or draw(st.booleans()))
     kv_fp8 = forward and space.kv_fp8 and dtype != "fp8" and draw(st.booleans())
     return AttnCase(
         backend=backend, shape="fuzz", seqlens_q=sq, seqlens_k=sk, heads_q=hq, heads_kv=hkv, head_dim_qk=d,
