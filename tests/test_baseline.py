@@ -254,3 +254,32 @@ def test_a_baseline_of_any_wrong_shape_is_refused_by_name(tmp_path, content, say
     with pytest.raises(BaselineError, match=re.escape(says)) as info:
         load_baseline(path)
     assert str(path) in str(info.value)
+
+
+def test_a_repeat_of_another_build_is_refused_before_anything_is_written(tmp_path):
+    """A run of another flash-attn (or torch) joined a baseline as a repeat unchecked: the case's run-to-run spread
+    then held the upgrade, and the gate allowed it as noise. A library only the run has installed is no difference,
+    and stays out of the baseline's fingerprint (its repeats measured without it)."""
+    from pytest_attn.verdicts.baseline import add_runs
+    from pytest_attn.verdicts.cli import main
+
+    def run_of(scale: float = 1.0, **libraries: str) -> dict:
+        fp = fingerprint_of(H200, libraries={"flash-attn": "2.8.3", **libraries})
+        return {**_record_run(scale), "machine_info": {"attn_fingerprint": fp.as_dict()}}
+
+    path = tmp_path / "baseline.json"
+    add_runs(path, [("first.json", run_of())])
+    before = path.read_text()
+    with pytest.raises(BaselineError, match=re.escape(
+            "b.json: this run measured other software than the baseline's repeats (flash-attn: 2.8.3 (baseline) ->"
+            " 2.8.4 (this run)): a repeat of another build would count the change as run-to-run noise")):
+        add_runs(path, [("a.json", run_of(1.01)), ("b.json", run_of(1.02, **{"flash-attn": "2.8.4"}))])
+    assert path.read_text() == before  # a.json was not added either
+    stored_torch = stored_fingerprint(load_baseline(path)).torch
+    newer_torch = {**run_of(), "machine_info": {"attn_fingerprint": {**fingerprint_of(H200).as_dict(), "torch": "9.9"}}}
+    with pytest.raises(BaselineError, match=re.escape(f"torch: {stored_torch} (baseline) -> 9.9 (this run)")):
+        save_baseline(path, newer_torch, Fingerprint.from_dict(newer_torch["machine_info"]["attn_fingerprint"]),
+                      add=True)
+    (tmp_path / "c.json").write_text(json.dumps(run_of(1.01, **{"flashinfer-python": "0.7.2.post1"})))
+    assert main(["baseline", "add", str(path), str(tmp_path / "c.json")]) == 0
+    assert stored_fingerprint(load_baseline(path)).libraries == {"flash-attn": "2.8.3"}

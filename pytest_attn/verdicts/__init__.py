@@ -3,8 +3,9 @@
 :mod:`.runs` reads the benchmarks of a pytest-benchmark JSON run (the records in their
 ``extra_info``); :mod:`.peers` puts each result against the others of its problem (vs best, speedup,
 slow paths); :mod:`.table` renders the terminal summary; :mod:`.fingerprint` says what a run was
-measured on and whether two may be compared; :mod:`.baseline` stores and checks baselines, and
-:mod:`.stored_numbers` the numbers of a stored case that feed a verdict;
+measured on and whether two may be compared; :mod:`.baseline` stores and checks baselines,
+:mod:`.repeats` adds a run to one as repeats (of the same software), and :mod:`.stored_numbers` the numbers of a
+stored case that feed a verdict;
 :mod:`.rule` gives each case its verdict (SAME / SLOWER / FASTER / AMBIGUOUS / CLOCK / TIMER / NEW / MISSING), with
 :mod:`.fleet` the spread between GPUs of the model read from a baseline's repeats; :mod:`.selection` tells a
 baseline case this run selected and did not measure (MISSING) from one it did not select (UNSELECTED), and
@@ -14,7 +15,7 @@ over them (and ``pytest-attn recover``, a dead run's journal as a run). A new ve
 reads records and writes text.
 
 Modules: :mod:`.runs`, :mod:`.peers`, :mod:`.table`, :mod:`.layout` (text that fits a terminal, and text from a
-file printed as text), :mod:`.fingerprint`, :mod:`.baseline`, :mod:`.stored_numbers`, :mod:`.fleet`,
+file printed as text), :mod:`.fingerprint`, :mod:`.baseline`, :mod:`.repeats`, :mod:`.stored_numbers`, :mod:`.fleet`,
 :mod:`.verdict` (the verdicts' one vocabulary), :mod:`.rule`, :mod:`.selection`, :mod:`.decision`, :mod:`.reports`
 (the gate's, over :mod:`.render`, which the A/B's share), :mod:`.plots`, the paired A/B's verdicts and reports in
 :mod:`.ab`, :mod:`.merge`, :mod:`.cli` and :mod:`.__main__` (``pytest-attn merge``, ``pytest-attn baseline add``), and

@@ -12,7 +12,6 @@ so a baseline is either the old one or the new one, never half of each.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import math
@@ -22,11 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from ..core.files import InputError, read_json, write_atomic
-from ..core.record import SCHEMA, VERSION, Record, TimerPin, is_record
-from ..core.stats import OUTLIER_FACTOR, median, times_off
-from .fingerprint import Fingerprint, differences
-from .fleet import center
-from .runs import partial_note, repeat_gpus
+from ..core.record import SCHEMA, VERSION, Record, is_record
+from .fingerprint import Fingerprint, differences, repeat_of
+from .repeats import add_repeat, refused_note
+from .runs import partial_note
 from .stored_numbers import legacy_numbers, record_numbers
 
 FILE_NAME = "baseline.json"
@@ -207,8 +205,11 @@ def save_baseline(path: Path, run: dict[str, Any], fingerprint: Fingerprint, *, 
                     raise BaselineError(f"no baseline at {path} to add a repeat to; record one first with"
                                         " --attn-save-baseline")
                 _may_replace(path, fingerprint, force=False)
-                data, added, refused = add_repeat(load_baseline(path), data, restart_retimed=restart_retimed)
-                note = f" (a repeat added to {added} cases){_refused_note(refused)}"
+                old = load_baseline(path)
+                fingerprint = _as_repeat(str(path), stored_fingerprint(old), fingerprint)
+                data["machine_info"]["attn_fingerprint"] = fingerprint.as_dict()
+                data, added, refused = add_repeat(old, data, restart_retimed=restart_retimed)
+                note = f" (a repeat added to {added} cases){refused_note(refused)}"
             else:
                 note = _may_replace(path, fingerprint, force)
             _write(path, data)
@@ -217,6 +218,14 @@ def save_baseline(path: Path, run: dict[str, Any], fingerprint: Fingerprint, *, 
                             f" {LOCK_TIMEOUT_S:.0f} s; nothing saved. If no other save is running, delete that"
                             " lock file") from None
     return f"saved {len(data['benchmarks'])} results as the baseline for {fingerprint.device}: {path}{note}"
+
+
+def _as_repeat(where: str, stored: Fingerprint | None, fingerprint: Fingerprint) -> Fingerprint:
+    """``fingerprint`` as a baseline of ``stored`` keeps it when the run joins as a repeat (:func:`.repeat_of`)."""
+    try:
+        return repeat_of(stored, fingerprint)
+    except ValueError as exc:
+        raise BaselineError(f"{where}: {exc}") from None
 
 
 def lock_path(path: Path) -> Path:
@@ -259,65 +268,6 @@ def _write(path: Path, data: dict[str, Any]) -> None:
                             " Free space (or give --attn-baselines-dir a folder with room) and rerun") from None
 
 
-def add_repeat(old: dict[str, Any], new: dict[str, Any], *, restart_retimed: bool = False,
-               ) -> tuple[dict[str, Any], int, list[str]]:
-    """``new`` (a run) added to the stored baseline ``old`` as one more independent repeat: each case in
-    both keeps the median of every repeat (``timing.repeats_s`` of its record), the GPU that measured it
-    (``timing.repeats_gpu``: the between-GPU spread is read from them, :mod:`.fleet`) and its SM clock
-    (``clocks.repeats_sm_clock_mhz``, where every repeat recorded one), and is gated on the mean of its GPUs'
-    medians (:func:`.fleet.center`); cases only in ``old`` stay as they were. A case whose new median is more than
-    :data:`~pytest_attn.core.stats.OUTLIER_FACTOR` times off its stored repeats' median is not added to:
-    it stays as stored, and is named in the third item returned (with both medians). One timed by another timer
-    is refused too, or with ``restart_retimed`` starts over from ``new`` (named, :data:`RESTARTED`). Returns the
-    merged run, how many cases gained a repeat, and those refused or restarted."""
-    stored = {(b.get("fullname") or b.get("name")): b for b in old["benchmarks"]}
-    merged, added, refused = [], 0, []
-    for bench in new["benchmarks"]:
-        name = bench.get("fullname") or bench.get("name")
-        info = bench.get("extra_info")
-        before = stored.pop(name, None)
-        if before is None or not is_record(info):
-            merged.append(bench)
-            continue
-        record = Record.from_json(info)
-        stored_repeats, stored_clocks, stored_gpus = _stored_repeats(before)
-        reference = median(stored_repeats)
-        pin = _stored_pin(before)
-        if pin is not None and (pin.timer, pin.calls_per_sample) != (record.timing.timer,
-                                                                    record.timing.calls_per_sample):
-            refused.append(f"{RESTARTED}{name}: timed by {record.timing.pin.describe()} (its {len(stored_repeats)}"
-                           f" stored repeat(s), by {pin.describe()}, dropped)" if restart_retimed else
-                           f"{name}: timed by {record.timing.pin.describe()} here, by {pin.describe()} in the stored"
-                           " repeats (a repeat must be the same quantity)")
-            merged.append(_first_repeat(bench, record) if restart_retimed else before)  # restarted: starts over
-            continue
-        if times_off(record.median_s, reference) > OUTLIER_FACTOR:
-            refused.append(f"{name}: {record.median_s * 1e3:.4g} ms, {_how_far(record.median_s, reference)} the stored"
-                           f" repeats' median {reference * 1e3:.4g} ms")
-            merged.append(before)
-            continue
-        repeats = (*stored_repeats, record.median_s)
-        gpus = (*stored_gpus, record.device.uuid or "")
-        clocks = _all_known((*stored_clocks, record.clocks.sm_clock_mhz), len(repeats))
-        record = dataclasses.replace(record, timing=dataclasses.replace(record.timing, repeats_s=repeats,
-                                                                        repeats_gpu=gpus),
-                                     clocks=dataclasses.replace(record.clocks, repeats_sm_clock_mhz=clocks))
-        merged.append({**bench, "extra_info": record.to_json(),
-                       "stats": {**bench["stats"], "median": center(repeats, gpus)}})
-        added += 1
-    merged.extend(stored.values())
-    return {**new, "benchmarks": merged}, added, refused
-
-
-def _first_repeat(bench: dict[str, Any], record: Record) -> dict[str, Any]:
-    """``bench`` as a case's first repeat: its median, GPU and clock as the repeats that later runs add to."""
-    record = dataclasses.replace(
-        record, timing=dataclasses.replace(record.timing, repeats_s=(record.median_s,),
-                                           repeats_gpu=(record.device.uuid or "",)),
-        clocks=dataclasses.replace(record.clocks, repeats_sm_clock_mhz=_all_known((record.clocks.sm_clock_mhz,), 1)))
-    return {**bench, "extra_info": record.to_json()}
-
-
 def add_runs(path: Path, runs: list[tuple[str, dict[str, Any]]], *, restart_retimed: bool = False) -> list[str]:
     """Saved runs (``--benchmark-json`` files of the baseline's selection, from other GPUs or hosts of its model)
     added to the baseline at ``path`` as repeats, each tagged with the GPU that measured it; the first run
@@ -334,60 +284,11 @@ def add_runs(path: Path, runs: list[tuple[str, dict[str, Any]]], *, restart_reti
         if partial_note(run):
             raise BaselineError(f"{where} is a partial run ({partial_note(run)}): a repeat must be a whole run")
         checked.append((where, run, fingerprint))
+    stored = stored_fingerprint(load_baseline(path)) if path.exists() else None
+    for where, _, fingerprint in checked:  # every run is checked against the first before any is written
+        _as_repeat(where, stored or checked[0][2], fingerprint)
     lines = []
     for where, run, fingerprint in checked:
         add = path.exists()
         lines.append(f"{where}: {save_baseline(path, run, fingerprint, add=add, restart_retimed=restart_retimed)}")
     return lines
-
-
-def _stored_pin(bench: dict[str, Any]) -> TimerPin | None:
-    info = bench.get("extra_info")
-    return Record.from_json(info).timing.pin if is_record(info) else None
-
-
-def _how_far(value: float, reference: float) -> str:
-    return f"{value / reference:.3g}x" if value > reference else f"1/{reference / value:.3g} of"
-
-
-#: How :func:`add_repeat` marks a case it restarted among those it did not add to.
-RESTARTED = "restarted: "
-
-
-def _refused_note(lines: list[str], shown: int = 10) -> str:
-    """The cases :func:`add_repeat` did not add to, for the saving line."""
-    restarted = [line.removeprefix(RESTARTED) for line in lines if line.startswith(RESTARTED)]
-    refused = [line for line in lines if not line.startswith(RESTARTED)]
-    note = ""
-    if restarted:
-        more = [f"  ... and {len(restarted) - shown} more"] if len(restarted) > shown else []
-        note = "\n".join([f"; {len(restarted)} case(s) restarted from this run (--restart-retimed): their stored"
-                          " repeats were taken by another timer", *(f"  {line}" for line in restarted[:shown]), *more])
-    if not refused:
-        return note
-    more = [f"  ... and {len(refused) - shown} more"] if len(refused) > shown else []
-    return (note + "\n" if note else "") + "\n".join([
-        f"; refused for {len(refused)} case(s): their median here is more than {OUTLIER_FACTOR:g}x off the stored"
-        " repeats' (a busy machine, another build, a throttled GPU?), or was taken by another timer. They keep their"
-        " stored repeats. Rerun --attn-add-to-baseline; if this run is right and the stored one odd, record anew"
-        " with --attn-save-baseline (another timer: pytest-attn baseline add --restart-retimed):",
-        *(f"  {line}" for line in refused[:shown]), *more])
-
-
-def _all_known(clocks: tuple[float | None, ...], repeats: int) -> tuple[float, ...]:
-    """``clocks`` when there is one for each of ``repeats``, else () (the clocks of the repeats unknown)."""
-    known = tuple(c for c in clocks if c)
-    return known if len(known) == len(clocks) == repeats else ()
-
-
-def _stored_repeats(bench: dict[str, Any]) -> tuple[tuple[float, ...], tuple[float | None, ...], tuple[str, ...]]:
-    """A stored case's repeats: the median of each run, each run's SM clock where its record knows them all
-    (else fewer clocks than repeats), and the GPU of each (:func:`.runs.repeat_gpus`)."""
-    info = bench.get("extra_info")
-    single = (float(bench["stats"]["median"]),)
-    if not is_record(info):
-        return single, (), ("",)
-    record = Record.from_json(info)
-    if record.timing.repeats_s:
-        return record.timing.repeats_s, record.clocks.repeats_sm_clock_mhz, repeat_gpus(record)
-    return single, (record.clocks.sm_clock_mhz,), (record.device.uuid or "",)

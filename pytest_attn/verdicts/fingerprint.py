@@ -12,6 +12,7 @@ ECC and MIG, and on a CPU the thread count. A difference in the device itself *b
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -114,3 +115,24 @@ def differences(baseline: Fingerprint, current: Fingerprint) -> tuple[list[str],
             if a != b and not (a is None or b is None):
                 out[group].append(f"{label}: {a} (baseline) -> {b} (this run)")
     return out["blocking"], out["informing"]
+
+
+#: What a repeat must share with the baseline it joins: the software under test. A repeat of another build would
+#: put the change into the case's run-to-run spread, and the gate would then allow it as noise.
+SAME_SOFTWARE = ("cuda", "torch")
+
+
+def repeat_of(baseline: Fingerprint | None, run: Fingerprint) -> Fingerprint:
+    """The fingerprint a baseline keeps when ``run`` joins it as a repeat: ``run``'s, with the baseline's libraries
+    (a library only the run has installed measured none of the stored repeats). Raises ValueError naming what
+    differs where ``run`` measured another CUDA, torch or version of a library under test."""
+    if baseline is None:
+        return run
+    _, informing = differences(baseline, run)
+    software = [d for d in informing if d.split(":")[0] in (*SAME_SOFTWARE, *baseline.libraries)]
+    if software:
+        raise ValueError(f"this run measured other software than the baseline's repeats ({'; '.join(software)}): a"
+                         " repeat of another build would count the change as run-to-run noise, and the gate would"
+                         " then allow it. Gate this run against the baseline to see the change, or record a baseline"
+                         " for this build (--attn-save-baseline); nothing saved")
+    return dataclasses.replace(run, libraries=dict(baseline.libraries))
