@@ -77,3 +77,15 @@ def test_the_summary_names_flashmlas_convention_only_where_a_latent_case_ran():
     with_mla = "\n".join(render([record("flashinfer-mla", 130e-6, case=mla)], H200))
     assert "latent (MLA) cases: FlashMLA's convention" in with_mla
     assert "FlashMLA" not in "\n".join(render([record("fa3", 1e-3)], H200))
+
+
+def test_the_padded_baseline_counts_sdpas_gqa_copies_so_an_mla_batch_is_skipped_not_run_out_of_memory():
+    """Under a mask SDPA takes GQA to its math path, which repeats K and V per query head in fp32: the MLA serving
+    step asked 576 GiB of an H200 for one of them and failed; the estimate now says so before allocating."""
+    from pytest_attn.backends.torch_padded import SdpaPaddedBackend
+
+    padded = SdpaPaddedBackend()
+    serving = _cases()["deepseek-v3-mla-serving-b64-lognorm4096-s5-bf16-causal-latent-fwd"]
+    assert padded.workspace_bytes(serving) > 576 * 2**30
+    one = _cases()["deepseek-v3-mla-decode-k4096-bf16-causal-latent-fwd"]  # ran: 3.28 GiB at its peak
+    assert padded.workspace_bytes(one) < 4 * 2**30

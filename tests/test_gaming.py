@@ -302,3 +302,20 @@ def test_a_spot_check_compares_a_few_sequences_of_a_large_batch(monkeypatch):
         check = spotcheck.SpotCheck(SimpleNamespace(batch=batch), lambda: None, None, None, "bshd")
         check._check_result(None, (0, 0))
     assert len(seen[0]) == spotcheck.SPOT_SEQUENCES and set(seen[0]) <= set(range(256)) and seen[1] == [0, 1, 2]
+
+
+def test_a_spot_check_keeps_an_mla_cases_values_its_keys_first_columns():
+    """The reference reads a latent case's values from its keys; drawn apart by the redraw, a back end reading v
+    (sdpa-loop) read 0.722 off at a spot check on an H200, though right."""
+    import torch
+
+    from pytest_attn.core.adhoc import parse_case
+    from pytest_attn.engine.inputs import make_inputs
+
+    case = parse_case("batch=2,seqlen_q=1,seqlen_k=16,heads=4,kv_heads=1,head_dim=24,head_dim_v=16,latent").case(
+        "sdpa-loop")
+    inputs = make_inputs(case, "thd", "cpu")
+    before = inputs.k.clone()
+    spotcheck.redraw(inputs, case, seed=5)
+    assert not torch.equal(inputs.k, before)
+    assert torch.equal(inputs.v, inputs.k[..., :16])

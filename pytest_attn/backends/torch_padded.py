@@ -67,8 +67,17 @@ class SdpaPaddedBackend:
         return None
 
     def workspace_bytes(self, case: AttnCase) -> int:
-        gathered = case.batch * case.max_seqlen_k * case.heads_kv * (case.head_dim_qk + case.head_dim_v)
-        return cache_bytes(case) + gathered * case.elem_bytes + case.batch * case.seqlens_q[0] * case.max_seqlen_k
+        width = case.max_seqlen_k
+        gathered = case.batch * width * case.heads_kv * (case.head_dim_qk + case.head_dim_v)
+        need = cache_bytes(case) + gathered * case.elem_bytes + case.batch * case.seqlens_q[0] * width
+        if case.heads_q != case.heads_kv:
+            # GQA under a mask goes to SDPA's math path (the flash kernel takes no mask, the efficient one no GQA),
+            # which repeats K and V per query head in fp32: DeepSeek's MLA serving step asked 576 GiB of an H200
+            # (docs/gpu-validation.md#back-ends-and-kernels)
+            expanded = case.batch * case.heads_q * width * (case.head_dim_qk + case.head_dim_v)
+            scores = case.batch * case.heads_q * case.seqlens_q[0] * width
+            need += (expanded + 2 * scores) * 4
+        return need
 
     def expression(self, case: AttnCase) -> str:
         return f"padded to {case.max_seqlen_k:,} keys per request, attn_mask (dense bool key-padding mask)"
