@@ -202,6 +202,39 @@ def test_a_clock_fallen_under_the_power_cap_is_not_called_the_gpus_doing():
     assert regressions([c], parse_fail_on("slower,clock"))
 
 
+def _capped_run(time_s: float, clock: float, bound: str = "compute", capped: int = 10) -> dict[str, Bench]:
+    """A run of case "c" at ``clock`` MHz with ``capped`` of 10 samples at the power cap."""
+    from factories import record
+
+    from pytest_attn.core.record import Clocks
+    from pytest_attn.core.throttle import ThrottleReport
+
+    r = record("fa4", time_s)
+    r = dataclasses.replace(r, figures=dataclasses.replace(r.figures, bound=bound), clocks=Clocks(
+        clock, clock, clock, "not locked", ThrottleReport(10, capped, {"power cap": capped} if capped else {})))
+    return {"c": Bench("c", "g", "fa4", time_s, 0.002, record=r, sm_clock_mhz=clock)}
+
+
+def test_at_the_power_cap_a_clock_fall_is_no_alibi_for_cycles_that_do_not_rule_a_slowdown_out():
+    """H200s, 5 % injected, on a GPU outside the baseline: FA4 Llama-3-8B prefill fwd +7.7 % in time, +4.0 % in
+    cycles, the clock 3.5 % lower at the power cap: it read CLOCK, so a 5 % slowdown passed. The time moved beyond
+    what the model's GPUs differ by, and the cycles cannot rule the slowdown out: SLOWER, naming both. A GPU
+    slower on its own at the cap keeps its cycles (CLOCK); so do memory-bound cases, and runs off the cap."""
+    reps = (1e-3, 1.012e-3, 0.988e-3)
+    base = {"c": Bench("c", "g", "fa4", 1e-3, 0.002, repeats_s=reps, sm_clock_mhz=1830,
+                       repeats_clock_mhz=(1830,) * 3)}
+    fell = 1830 * 1.040 / 1.077
+    [c] = compare(base, _capped_run(1.077e-3, fell), Thresholds())
+    assert (c.in_time, c.verdict) == ("SLOWER", "SLOWER") and c.cycles_change == pytest.approx(0.040)
+    assert verdict(c.cycles_change, c.noise / 3, 0.05) == "AMBIGUOUS"
+    assert "+4.0% in clock cycles (time x SM clock), which do not rule the slowdown out" in c.notes[0]
+    assert "with 10 of 10 samples at the power cap, which a kernel drawing more power does" in c.notes[0]
+    hot = compare(base, _capped_run(1.077e-3, 1830 / 1.077), Thresholds())[0]  # cycles unchanged
+    assert (hot.in_time, hot.verdict) == ("SLOWER", "CLOCK")
+    assert compare(base, _capped_run(1.077e-3, fell, bound="memory"), Thresholds())[0].verdict == "CLOCK"
+    assert compare(base, _capped_run(1.077e-3, fell, capped=0), Thresholds())[0].verdict == "CLOCK"
+
+
 def test_with_clocks_moving_between_runs_an_a_a_pair_stays_same():
     """Clocks recorded on both sides, each run's clock 0.5 % off at random, the time following it: the
     cycle check costs an A/A pair no SAME, and a 5 % slowdown at a 4 % faster clock is never SAME."""

@@ -42,13 +42,12 @@ moved beyond both ``3 sigma`` and ``t / 2``: at most 0.13 % of the time; a rough
 AMBIGUOUS, never a SAME (simulated in tests/test_gate.py; measured: docs/gpu-validation.md#the-stored-baseline-gate).
 
 **Clocks.** Where both runs recorded their SM clock, the verdict is checked in cycles (time x clock), by
-the same rule (a stored baseline pairs each repeat's time with its own clock). A SLOWER (FASTER) that
-is not SLOWER there is CLOCK -- the GPU ran at a lower clock, not slower code; the note says how much of
-the move is the clock's, and when this run sat at the power cap, that a kernel drawing more power
-lowers the clock itself. A SAME is AMBIGUOUS when the clock rose by :data:`CLOCK_STEP` or more and the
-cycles are slower and not SAME: a faster clock can hide a slower kernel. (A speedup hidden by a slower
-clock stays SAME: the gate is for slowdowns.) A faster clock hid a 5 % slowdown on four cases of an H200
-run (docs/gpu-validation.md#the-stored-baseline-gate). A case that stopped at its time cap before its
+the same rule (a stored baseline pairs each repeat's time with its own clock), in :mod:`.cycles`: a SLOWER
+(FASTER) that is not SLOWER there is CLOCK -- the GPU ran at a lower clock, not slower code -- unless a
+compute-bound case ran at the power cap and its cycles do not rule the slowdown out (a kernel drawing more power
+lowers the clock itself); a SAME is AMBIGUOUS when the clock rose by :data:`.cycles.CLOCK_STEP` or more and the
+cycles are slower and not SAME (a faster clock hid a 5 % slowdown on four cases of an H200 run:
+docs/gpu-validation.md#the-stored-baseline-gate). A case that stopped at its time cap before its
 precision target keeps its verdict and says so.
 """
 
@@ -62,6 +61,7 @@ from dataclasses import dataclass, field
 
 from ..core.percent import parse_percent
 from ..core.stats import OUTLIER_FACTOR, Z95, median, times_off
+from .cycles import consult_cycles
 from .fleet import FleetNoise, Reference, gpu_factor, own_repeats, spread
 from .runs import Bench
 from .verdict import DEFAULT_FAIL_ON, ORDER, Verdict
@@ -73,7 +73,6 @@ ASSUMED_RUN_NOISE = 0.01  # between-run noise of one GPU run's median when the b
 ASSUMED_CPU_RUN_NOISE = 0.05  # the same on a CPU (shared machines, frequency scaling)
 FLOOR = 0.0025  # between-run noise is never taken as less than this
 OWN_LEAST = 2  # repeats of a run's own GPU that may stand alone as its reference: one odd run must not decide
-CLOCK_STEP = 0.01  # an SM clock move under this (about one 15 MHz step at 1.5-2 GHz) is not taken as one
 
 
 def parse_fraction(text: str, what: str = "threshold") -> float:
@@ -249,49 +248,6 @@ class Comparison:
         return found
 
 
-def _power_capped(bench: Bench) -> str:
-    """The words " with N of M samples at the power cap" when the run's record says so, else nothing."""
-    throttle = bench.record.clocks.throttle if bench.record is not None else None
-    n = throttle.reasons.get("power cap", 0) if throttle is not None else 0
-    return f" with {n} of {throttle.samples} samples at the power cap" if throttle is not None and n else ""
-
-
-def _clock_note(change: float, cycles_change: float, clock: float, moved: str, c: Bench, sigma: float,
-                threshold: float) -> str:
-    """Why a SLOWER (FASTER) in time is CLOCK: how much of the move the SM clock (``clock``, relative)
-    accounts for, and whether the code's own power draw may have lowered it."""
-    within = abs(cycles_change) < Z * sigma  # nothing left in cycles that noise cannot do
-    head = f"{change:+.1%} in time but {cycles_change:+.1%} in clock cycles (time x SM clock)"
-    if not within:
-        head += f", under the {threshold / 2:.1%} that counts as {'slower' if change > 0 else 'faster'}"
-    capped = _power_capped(c) if clock < 0 else ""
-    if capped:
-        return (f"{head}: {moved}{capped}: either the GPU ran slower, or this code draws more power and the cap"
-                " lowered its clock (then the code is slower: if this change adds work, gate with"
-                " --attn-fail-on=slower,clock)")
-    if within:
-        return f"{head}: {moved}, so the GPU ran {'slower' if clock < 0 else 'faster'}, not the code"
-    return f"{head}: {moved} and took the time over that line; the code's own part is the change in cycles"
-
-
-def _consult_cycles(in_time: Verdict, change: float, cycles_change: float, base_mhz: float, c: Bench, sigma: float,
-                    threshold: float) -> tuple[Verdict, str]:
-    """The verdict once the clock cycles are consulted (see the module), and the note when they changed
-    it ("" when not): CLOCK for a SLOWER (FASTER) that is not one in cycles; AMBIGUOUS for a SAME whose
-    clock rose by a step while in cycles it is slower and not SAME."""
-    in_cycles = verdict(cycles_change, sigma, threshold)
-    clock = c.sm_clock_mhz / base_mhz - 1  # type: ignore[operator]
-    moved = f"the SM clock moved {clock:+.1%} ({base_mhz:.0f} -> {c.sm_clock_mhz:.0f} MHz)"
-    if in_time in (Verdict.SLOWER, Verdict.FASTER) and in_cycles != in_time:
-        return Verdict.CLOCK, _clock_note(change, cycles_change, clock, moved, c, sigma, threshold)
-    if in_time == Verdict.SAME and clock >= CLOCK_STEP and cycles_change > 0 and in_cycles != Verdict.SAME:
-        return Verdict.AMBIGUOUS, (
-            f"SAME in time ({change:+.1%}) but {cycles_change:+.1%} in clock cycles (time x SM clock): {moved}, and"
-            " a faster clock can hide a slower kernel (one limited by memory, which barely follows the SM clock,"
-            " shows more cycles without being slower): rerun, or lock the clocks")
-    return in_time, ""
-
-
 def unlike(b: Bench, c: Bench) -> str:
     """Why the two medians cannot be compared (another timer or calls per sample), or "" when they can (or a
     run without records cannot say)."""
@@ -362,7 +318,9 @@ def _compare_one(name: str, b: Bench, c: Bench, thresholds: Thresholds, noise: N
     cycles_change = c.cycles / ref.cycles - 1 if ref.cycles and c.cycles else None
     if cycles_change is not None:
         base_mhz = ref.cycles / ref.median_s / 1e6 if ref.own_repeats and ref.cycles else b.sm_clock_mhz
-        result, why = _consult_cycles(in_time, change, cycles_change, base_mhz or 0.0, c, sigma, threshold)
+        in_cycles = verdict(cycles_change, sigma, threshold)
+        result, why = consult_cycles(in_time, in_cycles, change, cycles_change, base_mhz or 0.0, c, Z * sigma,
+                                     threshold)
         notes += [why] if why else []
     for side, bench in (("baseline", b), ("this run", c)):
         if not bench.converged:

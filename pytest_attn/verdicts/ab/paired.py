@@ -43,7 +43,8 @@ from ...core.stats import (
     t_widening,
     without_outliers,
 )
-from ..rule import CLOCK_STEP, Z, verdict
+from ..cycles import CLOCK_STEP
+from ..rule import Z, verdict
 
 AB_THRESHOLD = 0.02
 #: The smallest change a paired A/B calls SLOWER or FASTER, as a fraction of its threshold (1.25 % at 2 %; the
@@ -112,7 +113,7 @@ def paired(name: str, a_s: Sequence[float], b_s: Sequence[float], threshold: flo
     (:func:`_at_equal_clock`), the time's verdict in ``in_time`` and its change in ``time_change``.
 
     With every block's SM clock (``a_mhz``, ``b_mhz``), a SAME is AMBIGUOUS where B's clock was
-    :data:`~pytest_attn.verdicts.rule.CLOCK_STEP` or more above A's and B is slower and not SAME in cycles
+    :data:`~pytest_attn.verdicts.cycles.CLOCK_STEP` or more above A's and B is slower and not SAME in cycles
     (block time x its clock) -- the gate's rule: a faster clock can hide a slower kernel (work that draws less
     power than attention lets a power-capped clock up)."""
     if len(a_s) != len(b_s) or not a_s:
