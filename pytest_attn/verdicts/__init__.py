@@ -8,16 +8,17 @@ measured on and whether two may be compared; :mod:`.baseline` stores and checks 
 stored case that feed a verdict;
 :mod:`.rule` gives each case its verdict (SAME / SLOWER / FASTER / AMBIGUOUS / CLOCK / TIMER / NEW / MISSING), with
 :mod:`.fleet` the spread between GPUs of the model read from a baseline's repeats and :mod:`.cycles` the check in
-clock cycles; :mod:`.selection` tells a baseline case this run selected and did not measure (MISSING) from one it
-did not select (UNSELECTED), and :mod:`.decision` gives a run's verdict, per device model; :mod:`.reports` and
-:mod:`.plots` write Markdown, CSV and figures; :mod:`.merge` joins the JSON of shards run apart, and :mod:`.cli` is
-the ``pytest-attn merge`` command over them (and ``pytest-attn recover``, a dead run's journal as a run). A new
-verdict or report goes here; it reads records and writes text.
+clock cycles, and :mod:`.power` what a baseline can catch on a GPU; :mod:`.selection` tells a baseline case this run
+selected and did not measure (MISSING) from one it did not select (UNSELECTED), and :mod:`.decision` gives a run's
+verdict, per device model; :mod:`.reports` and :mod:`.plots` write Markdown, CSV and figures; :mod:`.merge` joins
+the JSON of shards run apart, and :mod:`.cli` is the ``pytest-attn merge`` command over them (and ``pytest-attn
+recover``, a dead run's journal as a run). A new verdict or report goes here; it reads records and writes text.
 
-Modules: :mod:`.runs`, :mod:`.peers`, :mod:`.table`, :mod:`.layout` (text that fits a terminal, and text from a
-file printed as text), :mod:`.fingerprint`, :mod:`.baseline`, :mod:`.repeats`, :mod:`.stored_numbers`, :mod:`.fleet`,
-:mod:`.verdict` (the verdicts' one vocabulary), :mod:`.rule`, :mod:`.cycles`, :mod:`.selection`, :mod:`.decision`,
-:mod:`.reports` (the gate's, over :mod:`.render`, which the A/B's share), :mod:`.plots`, the paired A/B's verdicts and
-reports in :mod:`.ab`, :mod:`.merge`, :mod:`.cli` and :mod:`.__main__` (``pytest-attn merge``, ``pytest-attn baseline
-add``), and :mod:`.workload_view` (``--attn-workload``: a model step's attention time per back end).
+Modules: :mod:`.runs`, :mod:`.peers`, :mod:`.table`, :mod:`.layout` (text that fits a terminal, and text from a file
+printed as text), :mod:`.fingerprint`, :mod:`.baseline`, :mod:`.repeats`, :mod:`.stored_numbers`, :mod:`.fleet`,
+:mod:`.verdict` (the verdicts' one vocabulary), :mod:`.rule`, :mod:`.cycles`, :mod:`.power`, :mod:`.selection`,
+:mod:`.decision`, :mod:`.reports` (the gate's, over :mod:`.render`, which the A/B's share), :mod:`.plots`, the
+paired A/B's verdicts and reports in :mod:`.ab`, :mod:`.merge`, :mod:`.cli` and :mod:`.__main__` (``pytest-attn
+merge``, ``pytest-attn baseline add``), and :mod:`.workload_view` (``--attn-workload``: a model step's attention
+time per back end).
 """

@@ -2,6 +2,9 @@
 runners, or any runs that measured different problems) merged into one run: the summary a single run
 of them all would print, one merged JSON, the reports, and the gate, per device model as a session does.
 
+``pytest-attn baseline add BASELINE RUN.json ...`` adds runs to a baseline as repeats; ``pytest-attn baseline power
+BASELINE RUN.json`` says what it can catch on the GPU of a clean run (:mod:`.power`).
+
 ``pytest-attn recover [JOURNAL] --json out.json``: the journal a run that died left behind
 (:mod:`pytest_attn.core.journal`) turned into pytest-benchmark JSON, marked partial ("the process died"), which
 ``merge`` and ``--attn-baseline`` read as any run; the journal is then removed. No torch, no pytest.
@@ -26,11 +29,12 @@ from ..core.converters import option_value
 from ..core.files import InputError, probe_writable, read_json, write_atomic
 from ..core.journal import FOLDER, held, orphans, read_journal, recovered_run
 from .baseline import add_runs, baseline_path, check_run, load_baseline, stored_fingerprint
-from .decision import by_device, gate
+from .decision import by_device, gate, refusal
 from .merge import MergeError, empty_shards, merge_runs, models_problem, shard_problems
+from .power import case_powers, power_lines
 from .reports import write_reports
 from .rule import DEFAULT_THRESHOLD, Thresholds, parse_fraction, parse_override
-from .runs import partial_headline, partial_note, records
+from .runs import benches, partial_headline, partial_note, records
 from .table import render, time_lines
 from .verdict import DEFAULT_FAIL_ON, parse_fail_on
 
@@ -88,7 +92,7 @@ def _parser() -> argparse.ArgumentParser:
                             " run is marked partial")
     base = sub.add_parser("baseline", help="add saved runs to a baseline as repeats (from other GPUs or hosts)",
                           description=BASELINE)
-    base_sub = base.add_subparsers(dest="action", required=True, metavar="{add}")
+    base_sub = base.add_subparsers(dest="action", required=True, metavar="{add,power}")
     add = base_sub.add_parser("add", help="add runs' JSON to BASELINE as repeats, each tagged with its GPU",
                               description=BASELINE)
     add.add_argument("baseline", type=Path, help="the baseline file (created from the first run where missing)")
@@ -98,6 +102,14 @@ def _parser() -> argparse.ArgumentParser:
                           " starts over from them, its stored repeats dropped (else it is refused and kept as"
                           " stored): after an upgrade that times some cases otherwise, run unpinned"
                           " (--attn-baseline=off)")
+    power = base_sub.add_parser("power", help="what BASELINE can catch on the GPU of a clean run: the expected share"
+                                " of a slowdown read SLOWER", description=POWER)
+    power.add_argument("baseline", type=Path, help="the baseline file")
+    power.add_argument("run", type=Path, help="a clean run's --benchmark-json against it, on the GPU in question")
+    power.add_argument("--slowdown", type=option_value("--slowdown", lambda t: parse_fraction(t, "--slowdown")),
+                       default=DEFAULT_THRESHOLD, metavar="PCT", help="the slowdown to catch (default: 5%%)")
+    power.add_argument("--threshold", type=option_value("--threshold", lambda t: parse_fraction(t, "--threshold")),
+                       default=DEFAULT_THRESHOLD, metavar="PCT", help="the gate's --attn-threshold (default: 5%%)")
     recover = sub.add_parser("recover", help="turn the journal of a run that died into a run's JSON, marked partial",
                              description=RECOVER)
     recover.add_argument("journal", nargs="?", type=Path, metavar="JOURNAL",
@@ -108,8 +120,32 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def baseline(args: argparse.Namespace, out: list[str]) -> int:
+    if args.action == "power":
+        return power(args, out)
     runs = [(str(path), read_json(path, "run")) for path in args.files]
     out.extend(add_runs(args.baseline, runs, restart_retimed=args.restart_retimed))
+    return OK
+
+
+POWER = ("What a baseline can catch on a GPU: from a clean run against it on that GPU, the share of a slowdown"
+         " (--slowdown, 5% by default) each case is expected to read SLOWER, from its noise, and at best (the run's"
+         " own noise taken away: what the spread between GPUs of the model leaves). Exit status: 0, 4 bad input.")
+
+
+def power(args: argparse.Namespace, out: list[str]) -> int:
+    base = load_baseline(args.baseline)
+    run = check_run(read_json(args.run, "run"), str(args.run))
+    found = records(run)
+    if not found:
+        raise InputError(f"{args.run} holds no pytest-attn result records")
+    for fp, _ in by_device(found).values():
+        refused, _ = refusal(base, str(args.baseline), fp)
+        if refused:
+            raise InputError(refused)
+    gpus = sorted({r.device.uuid or r.device.name for r in found})
+    where = f"{args.baseline} on {', '.join(gpus)} (from {args.run})"
+    out.extend(power_lines(case_powers(benches(base), benches(run), Thresholds(args.threshold), args.slowdown),
+                           args.slowdown, where))
     return OK
 
 
