@@ -89,3 +89,17 @@ def test_the_padded_baseline_counts_sdpas_gqa_copies_so_an_mla_batch_is_skipped_
     assert padded.workspace_bytes(serving) > 576 * 2**30
     one = _cases()["deepseek-v3-mla-decode-k4096-bf16-causal-latent-fwd"]  # ran: 3.28 GiB at its peak
     assert padded.workspace_bytes(one) < 4 * 2**30
+
+
+def test_sdpas_math_path_counts_its_fp32_copies_so_mla_batches_are_skipped_not_run_out_of_memory():
+    """The math path upcasts q, k and v to fp32 and repeats k and v per query head under GQA: the MLA batches of 64
+    and 128 need more than an H200 has free (125 GiB), the batch of 1 and the loop's one sequence at a time do not."""
+    from pytest_attn.backends.torch_sdpa import SdpaBackend, SdpaLoopBackend
+
+    math_path, loop = SdpaBackend("math"), SdpaLoopBackend()
+    cases = _cases()
+    b64 = cases["deepseek-v3-mla-decode-b64-k4096-bf16-causal-latent-fwd"]
+    copies = 64 * 4 * (128 * 576 + 128 * 4096 * (576 + 512))  # fp32 q, and k and v per query head
+    assert math_path.workspace_bytes(b64) >= copies > 130 * 2**30
+    assert loop.workspace_bytes(b64) < 4 * 2**30  # one request at a time: it ran, 160.9 ms on an H200
+    assert math_path.workspace_bytes(cases["deepseek-v3-mla-decode-k4096-bf16-causal-latent-fwd"]) < 4 * 2**30

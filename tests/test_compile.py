@@ -138,6 +138,19 @@ def test_workers_of_one_host_split_the_first_calls_and_build_every_module():
     assert "then one call of 2 of the 5 kinds (this worker's share)" in report.lines()[0]
 
 
+def test_with_every_module_built_the_first_calls_still_say_what_they_took():
+    backend = Compiling()
+    backend.built = {"A", "B"}  # a warm cache: nothing to build, the calls only load
+    case = dense("fake-jit", 64, 64, dtype="bf16")
+    report = compile_phase([(case, backend)], H200, lambda line: None, share=(1, 2))
+    assert report.builds == [] and report.first_calls == (0, 1)
+    assert report.lines() == []  # this worker's share was no call
+    report = compile_phase([(case, backend)], H200, lambda line: None)
+    assert report.first_calls == (1, 1)
+    [line] = report.lines()
+    assert line.startswith("compile: nothing to build; one call of each kind before the first sample, ")
+
+
 def test_a_failed_build_skips_its_cases_with_the_compilers_last_lines():
     backend = Compiling(broken={"bad"})
     fp16 = dense("fake-jit", 64, 64, dtype="fp16")

@@ -70,6 +70,17 @@ def with_sink_column(case: AttnCase, q: Any, k: Any, v: Any, sinks: Any, seqlen_
     return torch.cat([k, zero_k], dim=-2), torch.cat([v, zero_v], dim=-2), bias  # bias (hq, sq, sk + 1) broadcasts
 
 
+def fp32_copies(case: AttnCase, sq: int, sk: int) -> int:
+    """Bytes SDPA's math path copies for one sequence: q, k and v upcast to fp32 from half precision, and k and v
+    repeated per query head under GQA (ATen's ``_scaled_dot_product_attention_math``): DeepSeek's MLA decode at
+    batch 64 x 4,096 would take 136 GiB."""
+    gqa = case.heads_q != case.heads_kv
+    if case.elem_bytes >= 4 and not gqa:
+        return 0
+    heads = case.heads_q if gqa else case.heads_kv
+    return 4 * (case.heads_q * sq * case.head_dim_qk + heads * sk * (case.head_dim_qk + case.head_dim_v))
+
+
 @dataclass(frozen=True)
 class SdpaBackend:
     kernel: str  # key of _KERNELS
@@ -165,7 +176,8 @@ class SdpaBackend:
         # math materialises scores and probabilities (fp32 softmax) per (batch, head)
         scores = case.batch * case.heads_q * case.max_seqlen_q * case.max_seqlen_k
         factor = 3 if case.direction == "fwd+bwd" else 2
-        return mask + scores * (case.elem_bytes + 4) * factor
+        copies = case.batch * fp32_copies(case, case.max_seqlen_q, case.max_seqlen_k)
+        return mask + scores * (case.elem_bytes + 4) * factor + copies
 
     def prepare(self, case: AttnCase, inputs: Inputs) -> ForwardFn:
         import torch.nn.functional as F
@@ -217,9 +229,9 @@ class SdpaLoopBackend:
         return None
 
     def workspace_bytes(self, case: AttnCase) -> int:
-        return max(sq * sk for sq, sk in zip(case.seqlens_q, case.seqlens_k, strict=True)) * (
-            1 + case.heads_q * (case.elem_bytes + 4) * 2
-        )
+        pairs = list(zip(case.seqlens_q, case.seqlens_k, strict=True))
+        scores = max(sq * sk for sq, sk in pairs) * (1 + case.heads_q * (case.elem_bytes + 4) * 2)
+        return scores + max(fp32_copies(case, sq, sk) for sq, sk in pairs)  # one sequence at a time
 
     def prepare(self, case: AttnCase, inputs: Inputs) -> ForwardFn:
         import torch

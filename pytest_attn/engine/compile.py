@@ -57,17 +57,18 @@ class CompileReport:
     first_calls: tuple[int, int] = (0, 0)  # kinds of call made here, of all kinds (fewer: a worker's share)
 
     def lines(self) -> list[str]:
-        if not self.builds:
-            return []
+        made, kinds = self.first_calls
+        each = "of each kind" if made == kinds else f"of {made} of the {kinds} kinds (this worker's share)"
+        more = f", compiling {len(set(self.more))} more" if self.more else ""
+        if not self.builds:  # warm caches: the first calls still load kernels, part of the start-up
+            return [f"compile: nothing to build; one call {each} before the first sample, {self.first_calls_s:.1f} s"
+                    + more] if made else []
         failed = [b for b in self.builds if b.error]
         by_lib = sorted({b.module.library for b in self.builds})
         head = (f"compile: {len(self.builds)} {'/'.join(by_lib)} module(s) built in parallel before the first"
                 f" sample in {self.wall_s:.1f} s")
-        made, kinds = self.first_calls
-        each = "of each kind" if made == kinds else f"of {made} of the {kinds} kinds (this worker's share)"
         out = [head + (f"; {len(failed)} failed, their cases skipped" if failed else "")
-               + f"; then one call {each}, {self.first_calls_s:.1f} s"
-               + (f", compiling {len(set(self.more))} more" if self.more else "")]
+               + f"; then one call {each}, {self.first_calls_s:.1f} s" + more]
         out += [f"  {b.module.name}: {'FAILED after' if b.error else 'built after'} {b.seconds:.1f} s"
                 for b in self.builds]
         return out
