@@ -58,6 +58,24 @@ def test_one_answer_to_can_this_back_end_run_here():
     assert refusal(NoBackward("math"), case("sdpa-math", direction="fwd+bwd"), CPU) == "sdpa-math has no backward pass"
 
 
+def test_a_refusal_wrapped_by_a_subprocess_names_the_error_it_wraps():
+    """flex on DeepSeek's MLA decode on an H200: torch.compile's worker failed, and the skip said only
+    "SubprocException: An exception occurred in a subprocess:". The wrapped error is the message's last line."""
+    from pytest_attn.backends.base import Unsupported, library_refusal
+
+    wrapped = ("SubprocException: An exception occurred in a subprocess:\nTraceback (most recent call last):\n"
+               '  File "x.py", line 1, in <module>\n'
+               "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 344064, Hardware limit:"
+               " 232448\n")
+    with pytest.raises(Unsupported) as raised, library_refusal("flex"):
+        raise RuntimeError(wrapped)
+    assert str(raised.value) == ("flex refused this case: SubprocException: An exception occurred in a subprocess: ..."
+                                 " triton.runtime.errors.OutOfResources: out of resource: shared memory, Required:"
+                                 " 344064, Hardware limit: 232448")
+    with pytest.raises(Unsupported, match=r"^flex refused this case: no kernel for d 576$"), library_refusal("flex"):
+        raise RuntimeError("no kernel for d 576\nmore detail")
+
+
 def test_explain_refusal_condenses_pytorch_warnings():
     msgs = [
         "Memory efficient kernel not used because: (Triggered internally at sdp_utils.cpp:986.)",

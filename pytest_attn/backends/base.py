@@ -273,7 +273,10 @@ def library_refusal(name: str, when: str = "", hint: str = "",
             raise
         except refusals as exc:
             why = explain_refusal([str(w.message) for w in caught])
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            first = lines[0] if lines else type(exc).__name__
+            if first.endswith(":") and len(lines) > 1:  # a wrapper's header (torch.compile's "An exception occurred
+                first += f" ... {lines[-1]}"  # in a subprocess:"): the error it wraps is its last line
             head = f"{name} refused this case{f' at {when}' if when else ''}: {first}"
             raise Unsupported("; ".join([head, *why, *([hint] if hint else [])])) from exc
 
