@@ -209,8 +209,7 @@ def _capped_run(time_s: float, clock: float, capped: int = 10) -> dict[str, Benc
     from pytest_attn.core.record import Clocks
     from pytest_attn.core.throttle import ThrottleReport
 
-    r = record("fa4", time_s)
-    r = dataclasses.replace(r, figures=dataclasses.replace(r.figures, bound="compute"), clocks=Clocks(
+    r = dataclasses.replace(record("fa4", time_s), clocks=Clocks(
         clock, clock, clock, "not locked", ThrottleReport(10, capped, {"power cap": capped} if capped else {})))
     return {"c": Bench("c", "g", "fa4", time_s, 0.002, record=r, sm_clock_mhz=clock)}
 
