@@ -314,6 +314,21 @@ def test_one_stalled_block_does_not_blind_the_verdict():
     assert result.change == pytest.approx(0.5, abs=0.01)
 
 
+def test_pairs_left_out_beyond_stalls_make_the_case_ambiguous_not_a_verdict_on_what_is_left():
+    """A CPU A/A on a 2-core machine left out 38 of 52 pairs as stalls and read FASTER -63 % on the 14 left: the
+    arms' speed had two modes, and the rule kept one. Beyond one stall and a tenth of the pairs, AMBIGUOUS."""
+    a = [1.0] * 20
+    b = [1.0 + 0.002 * (i % 3) for i in range(8)] + [0.15 + 0.002 * (i % 3) for i in range(12)]  # A/A, two modes
+    result = paired("x", a, b)
+    assert result.dropped == 8 and result.pairs == 12 and result.change < -0.8
+    assert result.verdict == "AMBIGUOUS" and result.in_time == "FASTER"
+    notes = AbResult("t::x", "x", "g", "sdpa-math", result, 1e-3, 1e-3, blocks=(tuple(a), tuple(b))).notes()
+    assert any("8 of 20 pairs left out" in n and "AMBIGUOUS" in n for n in notes), notes
+    two_stalls = [1.5] * 38 + [15.0, 0.1]  # 2 of 40: stalls, set aside; the verdict stands
+    held = paired("x", [1.0] * 40, [x * (1 + 0.001 * (i % 2)) for i, x in enumerate(two_stalls)])
+    assert held.dropped == 2 and held.verdict == "SLOWER"
+
+
 #: A loaded machine stretches a tiny case's first call past the 0.5 s a CPU call may take (1.9 s seen on a 2-core CI
 #: box): the arms skipped both cases and the run measured nothing. Refusing slow calls is test_runner's business.
 LOADED_MACHINE = """

@@ -55,6 +55,10 @@ AB_LEAST = 0.625
 CLOCK_NOTE = 0.01
 #: Replicas of the arms whose changes are this far apart are noted (where a process sits moved the case).
 REPLICA_NOTE = 0.01
+#: Pairs left out as stalls beyond one and beyond this share of a case's pairs make it AMBIGUOUS: the machine's
+#: speed moved under the arms. None of 19,456 stored GPU judgements left a pair out; a CPU A/A on a 2-core machine
+#: left out 38 of 52 and read FASTER -63 % on what remained (docs/ab.md, "On a CPU it is not a gate").
+MOST_STALLS = 0.1
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,22 @@ def paired(name: str, a_s: Sequence[float], b_s: Sequence[float], threshold: flo
         raise ValueError(f"{name}: {len(replicas)} replica labels for {len(a_s)} pairs")
     ratios = [b / a for a, b in zip(a_s, b_s, strict=True)]
     kept = [i for i, r in enumerate(ratios) if r in without_outliers(ratios)[0]]  # a block the OS stalled
+    result = _paired_kept(name, a_s, b_s, kept, threshold, a_mhz, b_mhz, measured, replicas)
+    if unsteady(len(a_s), result.dropped) and result.verdict != "AMBIGUOUS":
+        return dataclasses.replace(result, verdict="AMBIGUOUS", in_time=result.in_time or result.verdict)
+    return result
+
+
+def unsteady(pairs: int, dropped: int) -> bool:
+    """Whether more pairs were left out than stalls explain: more than one, and more than :data:`MOST_STALLS` of
+    them."""
+    return dropped > max(1, int(pairs * MOST_STALLS))
+
+
+def _paired_kept(name: str, a_s: Sequence[float], b_s: Sequence[float], kept: Sequence[int], threshold: float,
+                 a_mhz: Sequence[float | None], b_mhz: Sequence[float | None], measured: bool,
+                 replicas: Sequence[int]) -> Paired:
+    """:func:`paired` on the pairs ``kept``."""
     a_k, b_k = [a_s[i] for i in kept], [b_s[i] for i in kept]
     strata = [replicas[i] for i in kept] if replicas else []
     widen = few_pairs_factor(len(kept) - max(0, len(set(strata)) - 1))
@@ -280,8 +300,14 @@ class AbResult:
                        f" {self.stop}")
         if self.no_room:
             out.append(f"no more new places: {self.no_room}; the pairs went on where the replicas were")
-        if self.paired.dropped:
-            out.append(f"{self.paired.dropped} pair(s) left out: their ratio was over twice or under half the others'"
+        dropped, total = self.paired.dropped, self.paired.pairs + self.paired.dropped
+        if dropped and unsteady(total, dropped):
+            out.append(f"{dropped} of {total} pairs left out, their ratio over twice or under half the others' median:"
+                       " more than stalls explain, so the machine's speed moved under the arms (on a CPU: other"
+                       " processes, or the arms' own threads on too few cores) and what is left cannot be judged:"
+                       " AMBIGUOUS; rerun on a quiet machine (a GPU's pairs left none out in every stored run)")
+        elif dropped:
+            out.append(f"{dropped} pair(s) left out: their ratio was over twice or under half the others'"
                        " median (a block the machine stalled)")
         out += [f"arm {arm} throttled: {t}" for arm, t in zip("AB", self.throttle, strict=True) if t]
         return out
