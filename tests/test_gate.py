@@ -232,6 +232,34 @@ def test_at_the_power_cap_a_slowdown_with_cycles_not_ruled_out_is_clock_naming_b
     assert uncapped.verdict == "CLOCK" and "power cap" not in uncapped.notes[0]
 
 
+def _run_at(time_s: float, clock: float, case: str = "compute") -> dict[str, Bench]:
+    """A run of case "c" at ``clock`` MHz: GPT-2's prefill (bound by compute) or a decode step (by memory)."""
+    from factories import dense, record
+
+    shape = dense("fa4", sq=1, sk=4096, hq=32, hkv=8, d=128) if case == "memory" else None
+    r = record("fa4", time_s, case=shape, clocks=(round(clock),))
+    assert r.figures.bound == case
+    return {"c": Bench("c", "g", "fa4", time_s, 0.002, record=r, sm_clock_mhz=clock)}
+
+
+def test_a_compute_bound_case_slower_in_time_at_a_faster_clock_is_slower_when_its_cycles_are():
+    """An H200 outside the baseline, 5 % injected: FA4's Llama-3-8B prefill read +3.2 % in time against a band of
+    4.2 %, its clock 1845 -> 1905 MHz, +5.4 % in cycles: AMBIGUOUS, the faster clock hiding the work. A
+    compute-bound case that rose by half the threshold in time at a faster clock is judged by its cycles; a
+    memory-bound one, whose cycles follow the clock without its time, and a rise under half the threshold are not."""
+    base = {"c": Bench("c", "g", "fa4", 1e-3, 0.002, repeats_s=(1e-3, 1.018e-3, 0.982e-3), sm_clock_mhz=1845,
+                       repeats_clock_mhz=(1845,) * 3)}
+    [c] = compare(base, _run_at(1.032e-3, 1905), Thresholds())
+    assert (c.in_time, c.verdict) == ("AMBIGUOUS", "SLOWER") and c.cycles_change == pytest.approx(0.0656, abs=0.001)
+    assert "bound by compute, so it took longer at a faster clock" in c.notes[0]
+    assert compare(base, _run_at(1.032e-3, 1905, "memory"), Thresholds())[0].verdict == "AMBIGUOUS"
+    under_half = compare(base, _run_at(1.02e-3, 1980), Thresholds())[0]
+    in_cycles = verdict(under_half.cycles_change, under_half.noise / 3, 0.05)
+    assert (under_half.verdict, in_cycles) == ("AMBIGUOUS", "SLOWER")
+    same_clock = compare(base, _run_at(1.032e-3, 1845), Thresholds())[0]
+    assert same_clock.verdict == "AMBIGUOUS"
+
+
 def test_with_clocks_moving_between_runs_an_a_a_pair_stays_same():
     """Clocks recorded on both sides, each run's clock 0.5 % off at random, the time following it: the
     cycle check costs an A/A pair no SAME, and a 5 % slowdown at a 4 % faster clock is never SAME."""
