@@ -321,7 +321,9 @@ def test_pairs_left_out_beyond_stalls_make_the_case_ambiguous_not_a_verdict_on_w
     b = [1.0 + 0.002 * (i % 3) for i in range(8)] + [0.15 + 0.002 * (i % 3) for i in range(12)]  # A/A, two modes
     result = paired("x", a, b)
     assert result.dropped == 8 and result.pairs == 12 and result.change < -0.8
-    assert result.verdict == "AMBIGUOUS" and result.in_time == "FASTER"
+    assert result.verdict == "AMBIGUOUS"
+    same = paired("x", a, [1.0 + 0.002 * (i % 3) for i in range(12)] + [0.3] * 8)  # SAME on the 12 kept
+    assert (same.dropped, same.verdict, same.in_time) == (8, "AMBIGUOUS", "")
     notes = AbResult("t::x", "x", "g", "sdpa-math", result, 1e-3, 1e-3, blocks=(tuple(a), tuple(b))).notes()
     assert any("8 of 20 pairs left out" in n and "AMBIGUOUS" in n for n in notes), notes
     two_stalls = [1.5] * 38 + [15.0, 0.1]  # 2 of 40: stalls, set aside; the verdict stands

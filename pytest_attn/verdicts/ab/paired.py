@@ -130,7 +130,7 @@ def paired(name: str, a_s: Sequence[float], b_s: Sequence[float], threshold: flo
     kept = [i for i, r in enumerate(ratios) if r in without_outliers(ratios)[0]]  # a block the OS stalled
     result = _paired_kept(name, a_s, b_s, kept, threshold, a_mhz, b_mhz, measured, replicas)
     if unsteady(len(a_s), result.dropped) and result.verdict != "AMBIGUOUS":
-        return dataclasses.replace(result, verdict="AMBIGUOUS", in_time=result.in_time or result.verdict)
+        return dataclasses.replace(result, verdict="AMBIGUOUS")  # its note says why (AbResult.notes)
     return result
 
 
