@@ -31,6 +31,7 @@ from .messages import (
     NO_ROOM,
     PRELOAD_ENV,
     PROTOCOL,
+    THREADS_ENV,
     A,
     Asking,
     Hello,
@@ -89,6 +90,12 @@ def probe_environment(spec: ArmSpec, timeout_s: float = 120.0) -> str:
     return ""
 
 
+def cpu_threads_env(torch: Any) -> dict[str, str]:
+    """The controller's torch CPU thread count for its arms (:data:`.messages.THREADS_ENV`), where it has imported
+    torch; {} where it has not."""
+    return {THREADS_ENV: str(torch.get_num_threads())} if torch is not None else {}
+
+
 def arm_environment(spec: ArmSpec, base: dict[str, str]) -> dict[str, str]:
     """The worker's environment: ``base`` with the arm's folder first on PYTHONPATH. Pure."""
     env = dict(base)
@@ -133,6 +140,7 @@ class ArmProcess:
         python = self.spec.python or sys.executable
         env = arm_environment(self.spec, dict(os.environ))
         env[PRELOAD_ENV] = ",".join(self._preload)
+        env.update(cpu_threads_env(sys.modules.get("torch")))
         log = self.log.open("a")
         try:
             self._proc = subprocess.Popen([python, "-c", BOOT, parent], stdin=subprocess.PIPE, stdout=subprocess.PIPE,

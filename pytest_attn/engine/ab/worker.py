@@ -47,6 +47,7 @@ from .messages import (
     NO_ROOM,
     PRELOAD_ENV,
     PROTOCOL,
+    THREADS_ENV,
     Block,
     BlockAnswer,
     Finish,
@@ -287,6 +288,17 @@ def preload(names: str) -> list[str]:
     return missing
 
 
+def take_cpu_threads(given: str) -> int | None:
+    """Without a GPU, torch's CPU thread count as the controller's (``given``); returns the count set, or None (a
+    GPU, or nothing given)."""
+    import torch
+
+    if not given.isdigit() or int(given) < 1 or torch.cuda.is_available():
+        return None
+    torch.set_num_threads(int(given))
+    return torch.get_num_threads()
+
+
 def main() -> int:
     for name in ("SIGINT", "SIGTERM", "SIGHUP"):  # sent to the process group: the controller stops its arms
         if hasattr(signal, name):
@@ -296,6 +308,7 @@ def main() -> int:
     for quiet in QUIET_WARNINGS:
         quiet.install()
     preload(os.environ.get(PRELOAD_ENV, ""))
+    take_cpu_threads(os.environ.get(THREADS_ENV, ""))
     serve(sys.stdin, out, Arm(probe_device))
     return 0
 
