@@ -135,7 +135,7 @@ def test_a_worker_preloads_what_it_can_and_names_what_it_cannot():
     assert preload("sdpa-math,not-a-back-end") == ["not-a-back-end"]
 
 
-def test_a_worker_without_a_gpu_takes_its_controller_s_cpu_thread_count(monkeypatch):
+def test_a_worker_without_a_gpu_takes_its_controller_s_cpu_thread_count():
     """The arms ran with torch's default, a thread per core in each of four processes, where the controller had
     chosen half the cores (engine.threads): the controller hands its own count to its arms, which take it on a CPU."""
     import types
@@ -146,14 +146,14 @@ def test_a_worker_without_a_gpu_takes_its_controller_s_cpu_thread_count(monkeypa
     from pytest_attn.engine.ab.processes import cpu_threads_env
     from pytest_attn.engine.ab.worker import take_cpu_threads
 
-    assert cpu_threads_env(types.SimpleNamespace(get_num_threads=lambda: 3)) == {THREADS_ENV: "3"}
-    assert cpu_threads_env(None) == {}
+    def fake_torch(gpu: bool) -> types.SimpleNamespace:
+        return types.SimpleNamespace(get_num_threads=lambda: 3, cuda=types.SimpleNamespace(is_available=lambda: gpu))
+
+    assert cpu_threads_env(fake_torch(gpu=False)) == {THREADS_ENV: "3"}
+    assert cpu_threads_env(fake_torch(gpu=True)) == {} == cpu_threads_env(None)  # a GPU arm keeps torch's own count
     before = torch.get_num_threads()
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     try:
         assert take_cpu_threads("1") == 1 == torch.get_num_threads()
         assert take_cpu_threads("") is None and take_cpu_threads("zero") is None and take_cpu_threads("0") is None
-        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-        assert take_cpu_threads("1") is None  # a GPU arm keeps torch's own count
     finally:
         torch.set_num_threads(before)

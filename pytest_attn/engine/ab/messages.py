@@ -162,9 +162,9 @@ BYE = '{"op": "bye"}'
 #: The environment variable that names, comma-separated, the back ends whose libraries a worker imports as it
 #: starts, before its first request (:meth:`~pytest_attn.engine.ab.processes.ArmProcess.spawn`).
 PRELOAD_ENV = "PYTEST_ATTN_ARM_PRELOAD"
-#: The environment variable that gives a worker its controller's torch CPU thread count, which it takes where it has
-#: no GPU (engine.threads says why a CPU run uses half the cores): the arms ran with torch's default, a thread per
-#: core in each of four processes (docs/ab.md, "On a CPU it is not a gate").
+#: The environment variable that gives a worker its controller's torch CPU thread count in a run without a GPU
+#: (engine.threads says why a CPU run uses half the cores): the arms ran with torch's default, a thread per core in
+#: each of four processes (docs/ab.md, "On a CPU it is not a gate").
 THREADS_ENV = "PYTEST_ATTN_ARM_CPU_THREADS"
 
 

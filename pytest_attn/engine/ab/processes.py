@@ -91,9 +91,11 @@ def probe_environment(spec: ArmSpec, timeout_s: float = 120.0) -> str:
 
 
 def cpu_threads_env(torch: Any) -> dict[str, str]:
-    """The controller's torch CPU thread count for its arms (:data:`.messages.THREADS_ENV`), where it has imported
-    torch; {} where it has not."""
-    return {THREADS_ENV: str(torch.get_num_threads())} if torch is not None else {}
+    """The controller's torch CPU thread count for its arms (:data:`.messages.THREADS_ENV`) in a run without a GPU;
+    {} with one (an arm there keeps torch's own count) or where the controller has not imported torch."""
+    if torch is None or torch.cuda.is_available():
+        return {}
+    return {THREADS_ENV: str(torch.get_num_threads())}
 
 
 def arm_environment(spec: ArmSpec, base: dict[str, str]) -> dict[str, str]:

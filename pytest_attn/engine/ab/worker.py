@@ -289,12 +289,12 @@ def preload(names: str) -> list[str]:
 
 
 def take_cpu_threads(given: str) -> int | None:
-    """Without a GPU, torch's CPU thread count as the controller's (``given``); returns the count set, or None (a
-    GPU, or nothing given)."""
+    """torch's CPU thread count as the controller's (``given``: only a run without a GPU gives one); returns the count
+    set, or None where none was given."""
+    if not given.isdigit() or int(given) < 1:
+        return None
     import torch
 
-    if not given.isdigit() or int(given) < 1 or torch.cuda.is_available():
-        return None
     torch.set_num_threads(int(given))
     return torch.get_num_threads()
 
