@@ -50,6 +50,7 @@ def test_each_worker_runs_its_cases_on_its_own_gpu_and_the_controller_reports_th
         gpu = f"GPU-fake-{r['worker'].removeprefix('gw')}"
         assert r["gpu"] == gpu and r["arm_gpus"] == dict.fromkeys(("A1", "A2", "B1", "B2"), gpu), r
     assert sorted(r["worker"] for r in results) == ["gw0", "gw1"]  # one case a GPU
+    assert "2 case(s) over 2 workers, longest first, each case's pairs on one worker" in " ".join(out.split()), out
     slowed = "+slowdown" in arms
     assert all(bool(r["plans"][1]) == slowed and not r["plans"][0] for r in results)
     slower = any(r["paired"]["verdict"] == "SLOWER" for r in results)

@@ -91,6 +91,22 @@ def test_the_committed_baselines_case_times_balance_within_1_percent_of_the_boun
     assert max(simulate(in_order, 2)) >= makespan  # the collection's own order does no better
 
 
+@pytest.mark.parametrize("gpu", ["nvidia-h200", "nvidia-h100-80gb-hbm3"])
+def test_a_paired_ab_hands_out_single_cases_so_no_problem_bounds_four_workers(gpu):
+    """An A/B's verdict is one case's pairs on one GPU: its cases go one by one. On the committed baselines' case
+    times four workers then end within 1 % of a quarter of the work (H200: 44.6 of 177.8 s), where whole problems
+    leave one worker with HunyuanVideo fwd+bwd (76.4 s, 0.43 of it)."""
+    run = json.loads((BASELINES / gpu / "baseline.json").read_text())
+    tests = [(b["fullname"], b["group"], b["extra_info"]["timing"]["elapsed_s"]) for b in run["benchmarks"]]
+    total = sum(t for _, _, t in tests)
+    cases = plan(tests, whole=False)
+    assert [u.tests for u in cases] == [(n,) for n, _, _ in sorted(tests, key=lambda t: -t[2])]
+    assert max(simulate(cases, 4)) <= 1.01 * total / 4 < 0.8 * max(simulate(plan(tests), 4))
+    line = plan_line(cases[:1] + cases[-1:], 4, {}, whole=False)
+    assert line.startswith("2 case(s) over 4 workers, longest first, each case's pairs on one worker")
+    assert "the longest case alone" in line
+
+
 def test_the_plan_line_says_what_it_expects_and_when_one_problem_bounds_the_run():
     units = [Unit("big", ("t1",), 10.0), Unit("s", ("t2",), 2.0), Unit("t", ("t3",), 1.0)]
     line = plan_line(units, 4, {"the baseline b.json": 2, "model": 1, "saved run": 0})

@@ -138,3 +138,12 @@ def test_a_saved_run_to_compare_with_gives_each_case_its_change_and_flags_a_jump
     assert _cells(lines, "sdpa-cudnn")["vs saved"] == "+0.3%"
     assert _cells(lines, "flex")["vs saved"] == "new"
     assert "vs saved" not in "\n".join(render(now, H200))  # n/a on every row without a run to compare with
+
+
+def test_a_problem_measured_on_two_gpus_says_vs_best_compares_them():
+    """A paired A/B spreads a problem's cases over the GPUs: its block says so, as "vs best" then spans them."""
+    one, two = (dataclasses.replace(H200, uuid=f"GPU-{i}") for i in (1, 2))
+    apart = render([record("flash-attn", 1e-3, device=one), record("sdpa-flash", 2e-3, device=two)], one)
+    assert any("measured on 2 GPUs: \"vs best\" compares them" in line for line in apart)
+    together = render([record("flash-attn", 1e-3, device=one), record("sdpa-flash", 2e-3, device=one)], one)
+    assert not any("measured on" in line for line in together)

@@ -8,7 +8,9 @@ busy each worker was. Pure; :mod:`pytest_attn.plugin.scheduling` wires it to pyt
   bandwidth, times a factor for back ends that do much more than the minimal work; a test that is no attention
   case and was never measured gets the others' median (:func:`guess_unknown`).
 * **Order** (:func:`plan`): a problem's tests stay together (one unit, one worker: "vs best" compares results of
-  one GPU), units longest first; the plugin hands the next unit to whichever worker comes free first (LPT list
+  one GPU) -- but in a paired A/B each case is a unit of its own (its verdict is its two arms' pairs, on one
+  GPU; a problem kept whole held an A/A of the committed selection to its HunyuanVideo problem) -- units longest
+  first; the plugin hands the next unit to whichever worker comes free first (LPT list
   scheduling), so a worker that finishes early takes more. :func:`simulate` plays that out on expected costs.
 * **Busy** (:func:`busy_lines`): per worker, the cases it measured, their own time summed, and when its first
   case started and its last ended, so the balance shows.
@@ -95,13 +97,14 @@ class Unit:
     cost_s: float
 
 
-def plan(tests: Sequence[tuple[str, str, float]]) -> list[Unit]:
-    """``(test, problem, cost)`` in collection order -> one unit per problem, longest first (ties keep the
-    collection's order)."""
+def plan(tests: Sequence[tuple[str, str, float]], whole: bool = True) -> list[Unit]:
+    """``(test, problem, cost)`` in collection order -> one unit per problem (``whole``; else one per test),
+    longest first (ties keep the collection's order)."""
     order: list[str] = []
     members: dict[str, list[str]] = {}
     costs: dict[str, float] = {}
-    for test, problem, cost in tests:
+    for test, group, cost in tests:
+        problem = group if whole else test
         if problem not in members:
             order.append(problem)
             members[problem], costs[problem] = [], 0.0
@@ -130,17 +133,18 @@ def lower_bound_s(units: Sequence[Unit], workers: int) -> float:
     return max(max(u.cost_s for u in units), sum(u.cost_s for u in units) / workers)
 
 
-def plan_line(units: Sequence[Unit], workers: int, sources: Mapping[str, int]) -> str:
-    """What the plan expects, for the start of the run."""
+def plan_line(units: Sequence[Unit], workers: int, sources: Mapping[str, int], whole: bool = True) -> str:
+    """What the plan expects, for the start of the run (``whole``: units are problems, else single cases)."""
     loads = simulate(units, workers)
     known = ", ".join(f"{n} from {source}" for source, n in sorted(sources.items(), key=lambda kv: -kv[1]) if n)
     bound = lower_bound_s(units, workers)
-    line = (f"{len(units)} problem(s) over {workers} workers, longest first, each whole on one worker (expected"
-            f" costs: {known or 'none'}): expected {max(loads, default=0.0):.1f} s per worker at most, of"
-            f" {sum(loads):.1f} s in all")
+    what = "problem(s) over {} workers, longest first, each whole on one worker" if whole else \
+        "case(s) over {} workers, longest first, each case's pairs on one worker"
+    line = (f"{len(units)} {what.format(workers)} (expected costs: {known or 'none'}): expected"
+            f" {max(loads, default=0.0):.1f} s per worker at most, of {sum(loads):.1f} s in all")
     if units and bound == units[0].cost_s and bound > sum(loads) / workers:
-        line += (f"; the longest problem alone ({units[0].problem}, {bound:.1f} s) bounds the run: more workers"
-                 " cannot end it sooner")
+        line += (f"; the longest {'problem' if whole else 'case'} alone ({units[0].problem}, {bound:.1f} s) bounds"
+                 " the run: more workers cannot end it sooner")
     return line
 
 

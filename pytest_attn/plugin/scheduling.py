@@ -1,5 +1,6 @@
-"""pytest-xdist's scheduler for an attention run: whole problems, longest first, to whichever worker comes free
-first (the plan is :mod:`pytest_attn.core.schedule`'s; this is its wiring to xdist's ``Scheduling`` protocol).
+"""pytest-xdist's scheduler for an attention run: whole problems (in a paired A/B, single cases), longest first,
+to whichever worker comes free first (the plan is :mod:`pytest_attn.core.schedule`'s; this is its wiring to
+xdist's ``Scheduling`` protocol).
 
 * The costs come from the baseline the run is gated against, else the newest saved run holding the test, else the
   model; each worker writes what it collected (problems, work, back ends) for the controller (:mod:`.handover`).
@@ -28,7 +29,7 @@ from ..verdicts.baseline import BaselineError, baseline_path, load_baseline
 from ..verdicts.fingerprint import gpu_key
 from ..verdicts.runs import benches
 from .handover import Collector, read_plan
-from .session import ATTN_SESSION, VISIBLE_GPUS, terminal_say
+from .session import ATTN_SESSION, VISIBLE_GPUS, options_of, terminal_say
 
 if TYPE_CHECKING:
     from xdist.workermanage import WorkerController
@@ -94,15 +95,16 @@ def make_plan(config: pytest.Config) -> Callable[[Sequence[str], str, int], list
         baseline, where = baseline_times(config)
         saved = saved_times(config)
         rates = GPU_RATES if config.stash.get(VISIBLE_GPUS, []) else CPU_RATES
+        whole = options_of(config).ab is None  # a paired A/B's verdicts are per case: its cases go one by one
         sources: dict[str, int] = {}
         known = [facts.get(n) or Facts(n.rsplit("@", 1)[0] if "@" in n else n, problem_of(n)) for n in collection]
         costs = guess_unknown([expected_cost(fact, baseline, saved, rates) for fact in known])
         for cost in costs:
             label = f"the baseline {where}" if cost.source == "baseline" else cost.source
             sources[label] = sources.get(label, 0) + 1
-        units = plan([(n, f.problem, c.seconds) for n, f, c in zip(collection, known, costs, strict=True)])
+        units = plan([(n, f.problem, c.seconds) for n, f, c in zip(collection, known, costs, strict=True)], whole)
         if units:
-            terminal_say(config)(plan_line(units, workers, sources))
+            terminal_say(config)(plan_line(units, workers, sources, whole))
         return units
 
     return planned
