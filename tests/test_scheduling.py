@@ -95,6 +95,25 @@ def test_a_worker_leaves_a_problem_for_each_worker_still_starting():
     assert gw0.shutting_down and gw1.shutting_down  # each runs its one as it finishes
 
 
+def test_a_look_ahead_leaves_the_longest_problems_to_the_workers_still_starting():
+    """Single cases (a paired A/B): the first worker ready takes the longest and, to stay a test ahead, the fourth;
+    the second and third go to the two workers that collect after it."""
+    sched, _ = scheduler()
+    sched.workers = 3
+    order = ["t.py::t[a-big]", "t.py::t[b-big]", "t.py::t[a-mid]", "t.py::t[a-small]", "t.py::t[b-small]"]
+    sched.planner = lambda collection, worker, workers: [Unit(t, (t,), 5.0 - i) for i, t in enumerate(order)]
+    nodes = [Node(f"gw{i}") for i in range(3)]
+    for node in nodes:
+        sched.add_node(node)
+    sched.add_node_collection(nodes[0], COLLECTION)
+    sched.schedule()
+    assert named(nodes[0]) == ["t.py::t[a-big]", "t.py::t[a-small]"]
+    for node in nodes[1:]:
+        sched.add_node_collection(node, COLLECTION)
+        sched.schedule()
+    assert [named(n)[0] for n in nodes[1:]] == ["t.py::t[b-big]", "t.py::t[a-mid]"]
+
+
 def test_a_worker_that_asks_first_takes_the_next_problem():
     sched, _ = scheduler()
     gw0, gw1 = Node("gw0"), Node("gw1")
