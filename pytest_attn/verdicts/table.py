@@ -343,6 +343,6 @@ def _group(group: str, members: list[Record], relative: dict[str, Peers], width:
         lines.append("  mask as: " + "; ".join(f"{r.case.backend}: {r.expression}" for r in members if r.expression))
     gpus = {r.device.uuid for r in members if r.device.uuid}
     if len(gpus) > 1:  # a paired A/B spreads its cases over the GPUs (core.schedule): "vs best" then spans them
-        lines.append(f"  measured on {len(gpus)} GPUs: \"vs best\" compares them (two GPUs of one model differ by up"
-                     " to a few %: docs/gate.md)")
+        lines.append(f"  measured on {len(gpus)} GPUs: \"vs best\" compares them (two GPUs of one model run the same"
+                     " kernel up to a few % apart)")
     return lines, dropped
