@@ -17,6 +17,7 @@ from pytest_attn.core.schedule import (
     Facts,
     Rates,
     Unit,
+    ab_cost,
     busy_lines,
     expected_cost,
     guess_unknown,
@@ -103,8 +104,15 @@ def test_a_paired_ab_hands_out_single_cases_so_no_problem_bounds_four_workers(gp
     assert [u.tests for u in cases] == [(n,) for n, _, _ in sorted(tests, key=lambda t: -t[2])]
     assert max(simulate(cases, 4)) <= 1.01 * total / 4 < 0.8 * max(simulate(plan(tests), 4))
     line = plan_line(cases[:1] + cases[-1:], 4, {}, whole=False)
-    assert line.startswith("2 case(s) over 4 workers, longest first, each case's pairs on one worker")
+    assert line.startswith("2 case(s) over 4 workers, longest first, each case's pairs on one worker (expected costs:"
+                           " none; an A/B case 3.5x its plain time + 2 s)")
     assert "the longest case alone" in line
+
+
+def test_an_ab_case_costs_its_arms_set_up_and_pairs_beyond_its_plain_time():
+    """4 x H200: the A/A of 113 cases whose plain times sum to 114 s took 521 s of cases (2 % injected: 633 s)."""
+    assert ab_cost(Cost(10.0, "baseline")) == Cost(37.0, "baseline")
+    assert 521 < 3.5 * 114 + 2.0 * 113 < 633
 
 
 def test_the_plan_line_says_what_it_expects_and_when_one_problem_bounds_the_run():

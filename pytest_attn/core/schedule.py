@@ -40,6 +40,10 @@ CPU_RATES = Rates(setup_s=0.05, flops_per_s=20e9, bytes_per_s=10e9)
 #: reference computes in fp64
 SLOWER = {"reference": 20.0, "sdpa-math": 4.0, "sdpa-loop": 4.0}
 DEFAULT_COST_S = 1.0  # a test that is no attention case and has no measured time, where no test has one either
+#: A paired A/B case against the same case's plain time: its four arms' set-up and the pairs. Fitted on 4 x H200
+#: (docs/gpu-validation.md#the-paired-ab): 2.9x + 1.7 s (A/A, 113 cases), 4.3x + 1.3 s (2 % injected), 4.4x + 2.8 s
+#: (the 34 cuDNN cases alone).
+AB_SCALE, AB_CASE_S = 3.5, 2.0
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,11 @@ def expected_cost(facts: Facts, baseline: Mapping[str, float], saved: Mapping[st
     if facts.backend:
         return Cost(model_cost_s(facts.flops, facts.min_bytes, facts.backend, rates), "model")
     return Cost(DEFAULT_COST_S, "default")
+
+
+def ab_cost(cost: Cost) -> Cost:
+    """What a case costs in a paired A/B, from its plain cost (:data:`AB_SCALE`, :data:`AB_CASE_S`). Pure."""
+    return Cost(AB_SCALE * cost.seconds + AB_CASE_S, cost.source)
 
 
 def guess_unknown(costs: Sequence[Cost]) -> list[Cost]:
@@ -140,6 +149,8 @@ def plan_line(units: Sequence[Unit], workers: int, sources: Mapping[str, int], w
     bound = lower_bound_s(units, workers)
     what = "problem(s) over {} workers, longest first, each whole on one worker" if whole else \
         "case(s) over {} workers, longest first, each case's pairs on one worker"
+    if not whole:
+        known = f"{known or 'none'}; an A/B case {AB_SCALE:g}x its plain time + {AB_CASE_S:g} s"
     line = (f"{len(units)} {what.format(workers)} (expected costs: {known or 'none'}): expected"
             f" {max(loads, default=0.0):.1f} s per worker at most, of {sum(loads):.1f} s in all")
     if units and bound == units[0].cost_s and bound > sum(loads) / workers:

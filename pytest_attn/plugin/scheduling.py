@@ -24,7 +24,17 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..core.schedule import CPU_RATES, GPU_RATES, Facts, Unit, expected_cost, guess_unknown, plan, plan_line
+from ..core.schedule import (
+    CPU_RATES,
+    GPU_RATES,
+    Facts,
+    Unit,
+    ab_cost,
+    expected_cost,
+    guess_unknown,
+    plan,
+    plan_line,
+)
 from ..verdicts.baseline import BaselineError, baseline_path, load_baseline
 from ..verdicts.fingerprint import gpu_key
 from ..verdicts.runs import benches
@@ -99,6 +109,7 @@ def make_plan(config: pytest.Config) -> Callable[[Sequence[str], str, int], list
         sources: dict[str, int] = {}
         known = [facts.get(n) or Facts(n.rsplit("@", 1)[0] if "@" in n else n, problem_of(n)) for n in collection]
         costs = guess_unknown([expected_cost(fact, baseline, saved, rates) for fact in known])
+        costs = costs if whole else [ab_cost(cost) for cost in costs]
         for cost in costs:
             label = f"the baseline {where}" if cost.source == "baseline" else cost.source
             sources[label] = sources.get(label, 0) + 1
