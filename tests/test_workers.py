@@ -226,6 +226,32 @@ def test_a_worker_hands_its_records_to_the_controller():
     assert session.results.records == [r] and session.results.skips == ["no CUDA device"]
 
 
+def test_an_ab_cases_own_time_in_the_busy_lines_is_its_arms_set_up_pairs_and_records():
+    """Arm A's record holds only its own timing: the worker's busy line adds the whole A/B case (4 x H200: its
+    spans read 55 % in cases, where the arms' set-up, pairs and records filled 96 %)."""
+    from factories import record
+
+    from pytest_attn.plugin.handover import AB_RESULT, RECORD, Collector
+    from pytest_attn.plugin.options import AttnOptions
+    from pytest_attn.plugin.session import AttnSession, GateOptions
+    from pytest_attn.verdicts.ab.paired import AbResult, Paired
+    from pytest_attn.verdicts.rule import Thresholds
+
+    session = AttnSession(types.SimpleNamespace(), AttnOptions(),
+                          GateOptions(Thresholds(), "auto", Path("baselines"), False, False, None))
+    collector = Collector(types.SimpleNamespace(stash={workers.ATTN_SESSION: session}))
+    node = types.SimpleNamespace(gateway=types.SimpleNamespace(id="gw0"))
+    plain, paired = record("flash-attn", 1e-3, test="t.py::test[a]"), record("sdpa-math", 1e-3, test="t.py::test[b]")
+    result = AbResult("t.py::test[b]", "b", "g", "sdpa-math", Paired("t.py::test[b]", 8, 0.0, 0.01, "SAME"), 1e-3,
+                      1e-3, elapsed_s=3.0, prepare_s=2.0, records_s=0.5)
+    for r, more in ((plain, []), (paired, [(AB_RESULT, json.dumps(result.to_json()))])):
+        collector.pytest_runtest_logreport(types.SimpleNamespace(
+            when="call", skipped=False, nodeid=r.name, node=node, start=1.0, stop=2.0,
+            user_properties=[(RECORD, json.dumps(r.to_json())), *more]))
+    track = collector.tracks.of("gw0")
+    assert track.cases == 2 and track.cases_s == pytest.approx(plain.timing.elapsed_s + 5.5)
+
+
 def _shard_file(path, records, shard=None):
     """A shard's JSON as the plugin writes it: each benchmark's extra_info is its record."""
     path.write_text(json.dumps({"machine_info": {}, **({"attn_shard": shard} if shard else {}), "benchmarks": [
