@@ -8,10 +8,12 @@ busy each worker was. Pure; :mod:`pytest_attn.plugin.scheduling` wires it to pyt
   bandwidth, times a factor for back ends that do much more than the minimal work; a test that is no attention
   case and was never measured gets the others' median (:func:`guess_unknown`).
 * **Order** (:func:`plan`): a problem's tests stay together (one unit, one worker: "vs best" compares results of
-  one GPU) -- but in a paired A/B each case is a unit of its own (its verdict is its two arms' pairs, on one
-  GPU; a problem kept whole held an A/A of the committed selection to its HunyuanVideo problem) -- units longest
-  first; the plugin hands the next unit to whichever worker comes free first (LPT list
-  scheduling), so a worker that finishes early takes more. :func:`simulate` plays that out on expected costs.
+  one GPU) -- but a problem that alone would take longer than a worker's share of the run goes case by case (kept
+  whole it bounds the run: HunyuanVideo fwd+bwd, 76 of the committed selection's 184 s, held ``-n 4`` on 4 x
+  H200 to 0.53x of one process; its table then says it spans GPUs), and in a paired A/B every case is a unit of
+  its own (its verdict is its two arms' pairs, on one GPU) -- units longest first; the plugin hands the next unit
+  to whichever worker comes free first (LPT list scheduling), so a worker that finishes early takes more.
+  :func:`simulate` plays that out on expected costs.
 * **Busy** (:func:`busy_lines`): per worker, the cases it measured, their own time summed, and when its first
   case started and its last ended, so the balance shows.
 """
@@ -99,27 +101,35 @@ def guess_unknown(costs: Sequence[Cost]) -> list[Cost]:
 
 @dataclass(frozen=True)
 class Unit:
-    """Tests that go to one worker together: one problem's back ends, in collection order."""
+    """Tests that go to one worker together: one problem's back ends, in collection order (``split``: one case of
+    a problem too long to keep whole)."""
 
     problem: str
     tests: tuple[str, ...]
     cost_s: float
+    split: bool = False
 
 
-def plan(tests: Sequence[tuple[str, str, float]], whole: bool = True) -> list[Unit]:
-    """``(test, problem, cost)`` in collection order -> one unit per problem (``whole``; else one per test),
-    longest first (ties keep the collection's order)."""
+def plan(tests: Sequence[tuple[str, str, float]], whole: bool = True, workers: int = 1) -> list[Unit]:
+    """``(test, problem, cost)`` in collection order -> one unit per problem (``whole``; else one per test), but one
+    per test of a problem that costs more than the whole over ``workers`` (see the module), longest first (ties
+    keep the collection's order)."""
     order: list[str] = []
-    members: dict[str, list[str]] = {}
-    costs: dict[str, float] = {}
+    members: dict[str, list[tuple[str, float]]] = {}
     for test, group, cost in tests:
         problem = group if whole else test
         if problem not in members:
             order.append(problem)
-            members[problem], costs[problem] = [], 0.0
-        members[problem].append(test)
-        costs[problem] += cost
-    units = [Unit(p, tuple(members[p]), costs[p]) for p in order]
+            members[problem] = []
+        members[problem].append((test, cost))
+    share = sum(cost for _, _, cost in tests) / max(1, workers)
+    units: list[Unit] = []
+    for problem in order:
+        cost = sum(c for _, c in members[problem])
+        if workers > 1 and cost > share and len(members[problem]) > 1:
+            units += [Unit(problem, (test,), c, split=True) for test, c in members[problem]]
+        else:
+            units.append(Unit(problem, tuple(t for t, _ in members[problem]), cost))
     return sorted(units, key=lambda u: -u.cost_s)  # stable: equal costs keep their order
 
 
@@ -151,11 +161,22 @@ def plan_line(units: Sequence[Unit], workers: int, sources: Mapping[str, int], w
         "case(s) over {} workers, longest first, each case's pairs on one worker"
     if not whole:
         known = f"{known or 'none'}; an A/B case {AB_SCALE:g}x its plain time + {AB_CASE_S:g} s"
-    line = (f"{len(units)} {what.format(workers)} (expected costs: {known or 'none'}): expected"
-            f" {max(loads, default=0.0):.1f} s per worker at most, of {sum(loads):.1f} s in all")
+    split: dict[str, float] = {}
+    for unit in units:
+        if unit.split:
+            split[unit.problem] = split.get(unit.problem, 0.0) + unit.cost_s
+    line = (f"{len(units) - sum(u.split for u in units) + len(split)} {what.format(workers)} (expected costs:"
+            f" {known or 'none'}): expected {max(loads, default=0.0):.1f} s per worker at most, of {sum(loads):.1f} s"
+            " in all")
+    if split:
+        one = len(split) == 1
+        line += (f"; but {', '.join(f'{p} ({s:.1f} s)' for p, s in split.items())} {'goes' if one else 'go'} case by"
+                 f" case: kept whole, {'it' if one else 'each'} alone would take longer than a worker's share"
+                 f" ({sum(loads) / workers:.1f} s) and bound the run ({'its table says' if one else 'their tables say'}"
+                 " which GPUs measured it)")
     if units and bound == units[0].cost_s and bound > sum(loads) / workers:
-        line += (f"; the longest {'problem' if whole else 'case'} alone ({units[0].problem}, {bound:.1f} s) bounds"
-                 " the run: more workers cannot end it sooner")
+        line += (f"; the longest {'problem' if whole and not units[0].split else 'case'} alone ({units[0].problem},"
+                 f" {bound:.1f} s) bounds the run: more workers cannot end it sooner")
     return line
 
 

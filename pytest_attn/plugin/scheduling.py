@@ -1,15 +1,15 @@
-"""pytest-xdist's scheduler for an attention run: whole problems (in a paired A/B, single cases), longest first,
-to whichever worker comes free first (the plan is :mod:`pytest_attn.core.schedule`'s; this is its wiring to
-xdist's ``Scheduling`` protocol).
+"""pytest-xdist's scheduler for an attention run: whole problems (single cases for a problem too long to keep
+whole, and in a paired A/B), longest first, to whichever worker comes free first (the plan is
+:mod:`pytest_attn.core.schedule`'s; this is its wiring to xdist's ``Scheduling`` protocol).
 
 * The costs come from the baseline the run is gated against, else the newest saved run holding the test, else the
   model; each worker writes what it collected (problems, work, back ends) for the controller (:mod:`.handover`).
-* Work goes out a problem at a time: a worker gets its next problem when it has one test left (xdist's worker
-  holds its last test until it knows the next), so one that finishes early takes more.
+* Work goes out a unit (a problem, or a case) at a time: a worker gets its next unit when it has one test left
+  (xdist's worker holds its last test until it knows the next), so one that finishes early takes more.
 * The run starts when the first worker has collected (and built what its cases need): a worker still importing
   or compiling joins when it is ready instead of holding the others back. While some have not, a worker takes a
-  second problem only where the queue holds more than one for each of them.
-* A worker that dies: xdist fails the test it was running; the rest of its problem goes, whole, to the next worker
+  second unit only where the queue holds more than one for each of them.
+* A worker that dies: xdist fails the test it was running; the rest of its unit goes, whole, to the next worker
   that asks (its replacement, if every other is done).
 
 Nothing here imports pytest-xdist at start-up: the plugin loads in every pytest session, with or without it.
@@ -113,7 +113,8 @@ def make_plan(config: pytest.Config) -> Callable[[Sequence[str], str, int], list
         for cost in costs:
             label = f"the baseline {where}" if cost.source == "baseline" else cost.source
             sources[label] = sources.get(label, 0) + 1
-        units = plan([(n, f.problem, c.seconds) for n, f, c in zip(collection, known, costs, strict=True)], whole)
+        units = plan([(n, f.problem, c.seconds) for n, f, c in zip(collection, known, costs, strict=True)], whole,
+                     workers)
         if units:
             terminal_say(config)(plan_line(units, workers, sources, whole))
         return units

@@ -5,8 +5,9 @@
   setting ``CUDA_VISIBLE_DEVICES`` to that UUID before anything in the worker touches CUDA (a replacement for a
   worker that died takes its GPU: :class:`Seats`). ``-n auto`` means one worker per visible GPU; more workers
   than GPUs stop the run at start-up. :mod:`.scheduling` hands the problems out whole (a problem's back ends on
-  one GPU, so "vs best" compares results of one GPU), longest first, from what each worker wrote of its
-  collection (:func:`pytest_collection_finish`). Without a GPU, ``-n N`` runs the CPU profile in N processes.
+  one GPU, so "vs best" compares results of one GPU; but one too long to keep whole goes case by case), longest
+  first, from what each worker wrote of its collection (:func:`pytest_collection_finish`). Without a GPU,
+  ``-n N`` runs the CPU profile in N processes.
 * Each worker measures as one process would and hands every result record to the controller in its test
   report (``user_properties``), with its session lines (ceilings, compile phase) at the end; the
   controller's session then holds the records of all workers, and the summary, pytest-benchmark's JSON,

@@ -342,7 +342,7 @@ def _group(group: str, members: list[Record], relative: dict[str, Peers], width:
     if len({r.expression for r in members if r.expression}) > 1:
         lines.append("  mask as: " + "; ".join(f"{r.case.backend}: {r.expression}" for r in members if r.expression))
     gpus = {r.device.uuid for r in members if r.device.uuid}
-    if len(gpus) > 1:  # a paired A/B spreads its cases over the GPUs (core.schedule): "vs best" then spans them
+    if len(gpus) > 1:  # a paired A/B, or a problem too long to keep whole, spreads over GPUs (core.schedule)
         lines.append(f"  measured on {len(gpus)} GPUs: \"vs best\" compares them (two GPUs of one model run the same"
                      " kernel up to a few % apart)")
     return lines, dropped
