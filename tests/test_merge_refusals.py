@@ -9,7 +9,7 @@ import json
 import pytest
 from factories import H100, H200, record
 
-from pytest_attn.plugin.workers import shard_mark
+from pytest_attn.plugin.sharding import shard_mark
 from pytest_attn.verdicts.cli import main
 
 PROBLEMS = ["gpt2", "llama"]

@@ -263,7 +263,7 @@ def _shard_file(path, records, shard=None):
 def test_a_merge_of_one_shard_of_two_fails_naming_the_missing_one_unless_allowed(tmp_path, capsys):
     from factories import record
 
-    from pytest_attn.plugin.workers import shard_mark
+    from pytest_attn.plugin.sharding import shard_mark
     from pytest_attn.verdicts.cli import main
 
     problems = ["gpt2", "llama"]

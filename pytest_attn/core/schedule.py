@@ -133,6 +133,21 @@ def plan(tests: Sequence[tuple[str, str, float]], whole: bool = True, workers: i
     return sorted(units, key=lambda u: -u.cost_s)  # stable: equal costs keep their order
 
 
+def shares(costs: Mapping[str, float], count: int) -> dict[str, int]:
+    """Each problem's share (1 to ``count``) of a run split over ``count`` runners: longest first (ties by name), to
+    the share with the least so far (the lowest among ties), so every runner with the same costs draws the same
+    shares. Pure."""
+    if count < 1:
+        raise ValueError(f"count={count}: at least one share is needed")
+    loads = [0.0] * count
+    drawn = {}
+    for problem in sorted(costs, key=lambda p: (-costs[p], p)):
+        least = min(range(count), key=lambda k: (loads[k], k))
+        drawn[problem] = least + 1
+        loads[least] += costs[problem]
+    return drawn
+
+
 def simulate(units: Sequence[Unit], workers: int) -> list[float]:
     """Each worker's summed cost when every unit, in order, goes to the worker that comes free first (the
     lowest-numbered among ties), as the plugin hands them out when every cost is exact."""

@@ -17,9 +17,9 @@ pytest-benchmark's JSON), :mod:`.gate_inputs` (what the gate needs before the fi
 that need the session), :mod:`.outcomes` (a case skipped or refused), :mod:`.nothing_selected` (why a run selected no
 case), :mod:`.hints` (advice valid where the user stands), :mod:`.progress`, :mod:`.summary`, :mod:`.fuzz`,
 :mod:`.gate`, :mod:`.ab` (the paired A/B), :mod:`.history`, :mod:`.recovery` (each case kept as it ends; a run that
-died recovered), :mod:`.signals`, :mod:`.workers` (pytest-xdist workers and shards), :mod:`.scheduling` (the
-order problems go to the workers), :mod:`.handover` (both ends of the workers' channel, every key on it),
-:mod:`.hookspecs`, :mod:`.finish` (the session's end, in order).
+died recovered), :mod:`.signals`, :mod:`.workers` (pytest-xdist workers and shards), :mod:`.sharding` (which
+problems a shard runs), :mod:`.scheduling` (the order problems go to the workers), :mod:`.handover` (both ends of
+the workers' channel, every key on it), :mod:`.hookspecs`, :mod:`.finish` (the session's end, in order).
 """
 
 from __future__ import annotations

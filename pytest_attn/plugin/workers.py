@@ -13,13 +13,13 @@
   controller's session then holds the records of all workers, and the summary, pytest-benchmark's JSON,
   reports, plots and gate come from them as in a single-process run. The summary says how busy each worker was
   (:func:`busy_lines`), and where xdist ended the run with tests never run (:func:`cut_short`).
-* ``--attn-shard=I/N`` keeps the I-th of N deterministic shares of the problems (whole problems: their
-  back ends stay together), for runners that each run one; ``pytest-attn merge`` combines their JSON.
+* ``--attn-shard=I/N`` keeps the I-th of N shares of the problems, balanced by their expected cost (whole
+  problems: their back ends stay together; :mod:`.sharding`), for runners that each run one; ``pytest-attn
+  merge`` combines their JSON.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -55,6 +55,7 @@ from .session import (
     options_of,
     prepare_attention_run,
 )
+from .sharding import share
 
 
 def is_worker(config: pytest.Config) -> bool:
@@ -266,22 +267,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if shard is None:
         return
     index, count = shard
-    groups = sorted({case.group for _, case in cases if case is not None})
-    config.stash[SHARD] = shard_mark(index, count, groups)
-    mine = {g for i, g in enumerate(groups) if i % count == index - 1}
+    named = [(record_name(item.nodeid, config), case) for item, case in cases if case is not None]
+    mine, config.stash[SHARD] = share(config, index, count, named)
     keep = [item for item, case in cases if (case.group in mine if case is not None else index == 1)]
     dropped = [item for item in items if item not in keep]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
-
-
-def shard_mark(index: int, count: int, groups: Sequence[str]) -> dict[str, Any]:
-    """What a shard's JSON records (``attn_shard``): which share it is, of how many, and of which selection
-    (a digest of every problem the selection held before sharding), so a merge can tell a missing or a
-    foreign shard. Pure."""
-    digest = hashlib.sha256("\n".join(groups).encode()).hexdigest()[:12]
-    return {"index": index, "count": count, "problems": len(groups), "selection": digest}
 
 
 def write_empty_shard(session: pytest.Session) -> None:
