@@ -8,13 +8,14 @@ import pytest
 
 from pytest_attn.core.case import AttnCase
 from pytest_attn.plugin import sharding
-from pytest_attn.plugin.session import VISIBLE_GPUS
+from pytest_attn.plugin.session import ATTN_SESSION, VISIBLE_GPUS
 
 
 class _Config:
     def __init__(self) -> None:
         self.stash = pytest.Stash()
         self.stash[VISIBLE_GPUS] = []
+        self.stash[ATTN_SESSION] = None  # type: ignore[assignment]  # (baseline_times is replaced)
 
 
 def _case(backend: str, shape: str, seqlen: int) -> tuple[str, AttnCase]:

@@ -240,9 +240,8 @@ def _add_measure_options(g: Any) -> None:
          help="build the kernel modules the selected cases need (FlashInfer's JIT), then stop: nothing is"
               " measured. Warms a CI runner's cache (FLASHINFER_WORKSPACE_BASE)")
     _add(g, "--attn-shard", None, type=shard, metavar="I/N",
-         help="run the I-th of N shares of the problems, balanced by their expected time (the baseline's, else a"
-              " model of their work; a problem's back ends stay together); combine the shards' JSON with"
-              " pytest-attn merge")
+         help="run the I-th of N shares of the problems (whole), balanced by their expected time (the baseline's,"
+              " else a model's); combine the shards' JSON with pytest-attn merge")
     _add(g, "--attn-sustained", None, type=sustained_s, nargs="?", const=DEFAULT_SUSTAINED_S, metavar="SECONDS",
          help="after each case's burst figure, run it back to back until the SM clock and power settle (at most"
               " SECONDS, default 10) and report the time per call there, its clock, power and energy per call"

@@ -24,12 +24,12 @@ from ..core.case import AttnCase
 from ..core.flops import work
 from ..core.schedule import CPU_RATES, GPU_RATES, Facts, expected_cost, shares
 from .scheduling import baseline_times
-from .session import VISIBLE_GPUS
+from .session import ATTN_SESSION, VISIBLE_GPUS
 
 
 def problem_costs(config: pytest.Config, cases: Sequence[tuple[str, AttnCase]]) -> tuple[dict[str, float], str]:
     """Each problem's expected seconds from its cases (``(record name, case)``), and where they came from."""
-    baseline, where = baseline_times(config)
+    baseline, where = baseline_times(config) if ATTN_SESSION in config.stash else ({}, "")
     rates = GPU_RATES if config.stash.get(VISIBLE_GPUS, []) else CPU_RATES
     costs: dict[str, float] = {}
     sources = set()
