@@ -23,6 +23,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from .case import AttnCase
+from .flops import work
+
 
 @dataclass(frozen=True)
 class Rates:
@@ -58,6 +61,12 @@ class Facts:
     backend: str = ""
     flops: int = 0
     min_bytes: int = 0
+
+
+def case_facts(name: str, case: AttnCase) -> Facts:
+    """An attention case's facts under its benchmark ``name``: its problem, back end and work."""
+    w = work(case)
+    return Facts(name, case.group, case.backend, w.flops, w.min_bytes)
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,7 @@ from typing import Any
 import pytest
 
 from ..core.case import AttnCase
-from ..core.flops import work
-from ..core.schedule import CPU_RATES, GPU_RATES, Facts, expected_cost, shares
+from ..core.schedule import CPU_RATES, GPU_RATES, case_facts, expected_cost, shares
 from .scheduling import baseline_times
 from .session import ATTN_SESSION, VISIBLE_GPUS
 
@@ -34,8 +33,7 @@ def problem_costs(config: pytest.Config, cases: Sequence[tuple[str, AttnCase]]) 
     costs: dict[str, float] = {}
     sources = set()
     for name, case in cases:
-        w = work(case)
-        cost = expected_cost(Facts(name, case.group, case.backend, w.flops, w.min_bytes), baseline, {}, rates)
+        cost = expected_cost(case_facts(name, case), baseline, {}, rates)
         costs[case.group] = costs.get(case.group, 0.0) + cost.seconds
         sources.add(f"the baseline {where}" if cost.source == "baseline" else cost.source)
     return costs, " and ".join(sorted(sources)) or "none"

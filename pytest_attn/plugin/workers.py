@@ -34,8 +34,7 @@ import pytest
 
 from ..core import schedule
 from ..core.files import write_atomic
-from ..core.flops import work
-from ..core.schedule import Busy, Facts
+from ..core.schedule import Busy, Facts, case_facts
 from ..engine.nvml import visible_devices
 from ..engine.probe import process_age_s
 from ..verdicts.merge import NOTHING
@@ -244,12 +243,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     facts = {}
     for item in session.items:
         case = case_of_item(item)
-        if case is None:
-            facts[item.nodeid] = Facts(item.nodeid, item.nodeid)
-        else:
-            w = work(case)
-            facts[item.nodeid] = Facts(record_name(item.nodeid, config), case.group, case.backend, w.flops,
-                                       w.min_bytes)
+        facts[item.nodeid] = Facts(item.nodeid, item.nodeid) if case is None else \
+            case_facts(record_name(item.nodeid, config), case)
     send_plan(config, facts)
 
 
