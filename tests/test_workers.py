@@ -71,6 +71,16 @@ def test_shards_merge_into_one_run_and_must_not_overlap():
 
 
 SUITE = attention_suite()
+#: a library's work at a worker's exit (torch.compile's pool shutting down), leaving a mark where it ran
+EXIT_WORK = """
+
+def pytest_sessionstart(session):
+    import atexit, pathlib
+
+    worker = getattr(session.config, "workerinput", {}).get("workerid")
+    if worker:
+        atexit.register(pathlib.Path(str(session.config.rootpath), "exit-work-" + worker).write_text, "ran")
+"""
 CONFTEST = """
 import pytest
 
@@ -80,7 +90,7 @@ from pytest_attn.plugin import prepare_attention_run
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
     prepare_attention_run(config)
-"""
+""" + EXIT_WORK
 ARGS = ["-p", "no:cacheprovider", "--attn-profile=cpu", "--attn-backends=sdpa-math,sdpa-loop,sdpa-padded",
         "--attn-dtypes=fp32", "--attn-directions=fwd", "--attn-max-time=0.05", "--attn-min-samples=5"]
 
@@ -141,6 +151,16 @@ def test_two_workers_give_the_same_benchmarks_and_rows_as_one_process(pytester, 
     assert _rows(one.stdout.str()) == _rows(two.stdout.str())
     assert "automatically disabled because xdist" not in two.stdout.str() + two.stderr.str()
     assert "Benchmark fixture was not used" not in two.stdout.str()
+    assert not list(pytester.path.glob("exit-work-*"))  # each worker left without its libraries' exit work
+
+
+@pytest.mark.e2e  # pytest-xdist: a controller and two workers (no torch: no attention run)
+def test_the_workers_of_a_run_that_is_no_attention_run_exit_as_they_would(pytester):
+    pytester.makeconftest(EXIT_WORK)
+    pytester.makepyfile(test_plain="def test_one():\n    pass\n\n\ndef test_two():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert sorted(p.name for p in pytester.path.glob("exit-work-*")) == ["exit-work-gw0", "exit-work-gw1"]
 
 
 def test_shards_split_the_problems_record_their_share_and_merge_back(pytester, one_process):

@@ -20,10 +20,13 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Mapping, MutableMapping, Sequence
@@ -43,6 +46,7 @@ from .handover import GPUS, PLAN_DIR, SEAT, SESSION_LINES, Collector, send_at_en
 from .options import given
 from .scheduling import PLAN_FOLDER
 from .session import (
+    ATTENTION_RUN,
     ATTN_SESSION,
     PARTIAL,
     PINNED,
@@ -227,10 +231,24 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
         node.config.stash[SEATS].free(worker_id(node))
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
     folder = config.stash.get(PLAN_FOLDER, None)
     if folder is not None:
         shutil.rmtree(folder, ignore_errors=True)
+    if is_worker(config) and config.stash.get(ATTENTION_RUN, False):
+        atexit.register(_leave)  # registered last, so it runs first when xdist tells the worker to exit
+
+
+def _leave() -> None:
+    """A worker of an attention run, its results handed over and its session unconfigured: leave now. The
+    controller waits for every worker to exit, and what the libraries do at exit is of no use to the run --
+    torch.compile's pool of compile processes shut down one by one, then the interpreter and CUDA torn down:
+    3-4 s after the last case on 2 x H200 (docs/gpu-validation.md#how-long-it-takes)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(0)
 
 
 @pytest.hookimpl(tryfirst=True)
