@@ -20,7 +20,9 @@ SUITE = attention_suite()
 FAST = ["-p", "no:cacheprovider", "--attn-profile=cpu", "--attn-max-time=0.05", "--attn-min-samples=5"]
 
 
-def test_cpu_profile_end_to_end(pytester):
+def test_cpu_profile_end_to_end(pytester, monkeypatch):
+    # as where Python keeps no bytecode for torch (engine.probe.uncompiled_bytecode; tests/test_progress.py)
+    monkeypatch.setattr("pytest_attn.plugin.summary.uncompiled_bytecode", lambda: "start-up: no bytecode (planted)")
     pytester.makepyfile(test_suite=SUITE)
     result = pytester.runpytest(*FAST, "--attn-backends=sdpa-math,sdpa-efficient", "--attn-dtypes=fp32",
                                 "--benchmark-json=out.json", "-rs")
@@ -30,6 +32,8 @@ def test_cpu_profile_end_to_end(pytester):
         "*pytest-attn summary*",
         "profile: cpu; back ends that ran: sdpa-math (1 more selected did not run here: pytest -rs says why); torch"
         " CPU threads: *",
+        "wall time * s: start-up * s (Python, imports, collection, any compile phase);*",
+        "start-up: no bytecode (planted)",
         "device: CPU*",
         "tiny-gqa-causal-fp32-causal-fwd: 2 x sq=96 sk=96, 8q/2kv heads*",
         "*sdpa-math*cpu",

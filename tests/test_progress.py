@@ -62,3 +62,18 @@ def test_process_age_is_read_from_proc(tmp_path):
     assert process_age_s(tmp_path / "stat", tmp_path / "uptime") == 12.5
     assert process_age_s(tmp_path / "missing", tmp_path / "uptime") is None
     assert 0 <= process_age_s() < 3600  # this process, on Linux
+
+
+def test_a_run_that_keeps_no_bytecode_for_torch_says_so_and_how_to_fix_it(tmp_path):
+    import importlib.util
+
+    from pytest_attn.engine.probe import uncompiled_bytecode
+
+    origin = str(tmp_path / "torch" / "__init__.py")
+    kept = {importlib.util.cache_from_source(origin)}
+    note = uncompiled_bytecode(True, origin, exists=lambda path: False)
+    assert note is not None and note.startswith("start-up: Python writes no bytecode here (PYTHONDONTWRITEBYTECODE")
+    assert "unset PYTHONDONTWRITEBYTECODE" in note and "PYTHONPYCACHEPREFIX" in note
+    assert uncompiled_bytecode(True, origin, exists=kept.__contains__) is None  # torch's bytecode is there
+    assert uncompiled_bytecode(False, origin, exists=lambda path: False) is None  # Python writes it as it goes
+    assert uncompiled_bytecode(True, None) is None  # no torch

@@ -5,7 +5,10 @@ finish in reasonable time before it starts."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import platform
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -99,3 +102,22 @@ def cpu_gflops(dtypes: tuple[str, ...] = ("fp32", "bf16", "fp16"), n: int = 256,
             best = min(best, time.perf_counter() - t0)
         rates[dtype] = 2 * n**3 / best / 1e9
     return rates
+
+
+def uncompiled_bytecode(dont_write: bool | None = None, origin: str | None = "", exists: Callable[[str], bool]
+                        = os.path.exists) -> str | None:
+    """Why start-up is slow where Python keeps no bytecode: it writes none (``PYTHONDONTWRITEBYTECODE``, ``-B``)
+    and finds none for torch, so every process compiles torch and the libraries from source. None where it
+    keeps some. The defaults read this interpreter and torch's install (found, not imported)."""
+    if dont_write is None:
+        dont_write = sys.dont_write_bytecode
+    if origin == "":
+        spec = importlib.util.find_spec("torch")
+        origin = spec.origin if spec is not None else None
+    if not dont_write or not origin or exists(importlib.util.cache_from_source(origin)):
+        return None
+    # the smoke profile on 2 x H200: start-up 14.0 s, 4.5 s with a bytecode cache (docs/gpu-validation.md)
+    return ("start-up: Python writes no bytecode here (PYTHONDONTWRITEBYTECODE or -B) and found none for torch, so"
+            " every process of this run compiled torch and the libraries from source (10 s or more, paid again by"
+            " each -n worker): unset PYTHONDONTWRITEBYTECODE, and where the install cannot be written set"
+            " PYTHONPYCACHEPREFIX to a folder that can")

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from ..engine.probe import uncompiled_bytecode
 from ..verdicts.layout import wrap
 from ..verdicts.rule import Comparison, Noise, compare
 from ..verdicts.runs import benches, by_name
@@ -160,8 +161,9 @@ def summary_section(terminalreporter: Any, config: pytest.Config) -> None:
     lines.insert(0, run_line(config, session))
     measured = sum(r.timing.elapsed_s + (r.sustained.phase_s if r.sustained else 0.0) for r in session.results.records)
     wall = session.wall.line(measured)
+    slow_start = uncompiled_bytecode() if wall else None
     lines[1:1] = [*session.ceilings.lines(), *session.compiled.lines(), *time_lines(session.results.records),
-                  *([wall] if wall else []), *busy_lines(config)]
+                  *([wall] if wall else []), *([slow_start] if slow_start else []), *busy_lines(config)]
     lines.extend(workload_lines(session.options.workloads, session.results.records))
     lines.extend(f"note: {n}" for n in session.results.notes)
     for line in wrap(lines, width):
