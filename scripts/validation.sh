@@ -38,6 +38,10 @@ set -uo pipefail
 out="${1:?usage: validation.sh OUT_DIR WAVE}"
 wave="${2:?usage: validation.sh OUT_DIR WAVE (1, 2 or 3)}"
 cd "$(dirname "$0")/.."
+# Bytecode kept as a user's install keeps it: the GPU machines set PYTHONDONTWRITEBYTECODE and ship torch without
+# any, so each process compiled torch and the libraries from source (10 s or more; docs/several-gpus.md).
+unset PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX="${PYTHONPYCACHEPREFIX:-/tmp/pytest-attn-pycache}"
 export SEL="--attn-profile=default --attn-backends=sdpa-cudnn,flash-attn,flash-attn-varlen,fa4,fa4-varlen,fa4-paged --attn-max-time=1"
 suites="suites/test_prefill.py suites/test_decode.py suites/test_varlen.py"
 pt="python3 -m pytest -p pytest_attn.plugin -p no:cacheprovider"
