@@ -5,7 +5,8 @@ extra matrix-product work -- on a GPU, bf16 matmuls on the same stream (so they 
 and in the kernel-sum timer like a slower kernel would, and draw tensor-core power as attention does);
 on a CPU, fp32 matmuls. An earlier version spun a cheap kernel (``torch.cuda._sleep``) instead: it drew
 little power, so on a power-capped H200 the attention kernel after it ran at a higher clock, and 6 %
-asked gave only +1 to +5 %.
+asked gave only +1 to +5 %. fp32 products (no tensor cores) moved the clock less but were caught less: 189
+against bf16's 195 SLOWER of 206 on one H200 (docs/gpu-validation.md#the-stored-baseline-gate).
 
 The work is one product as wide as fits -- a ``side x side`` output, the largest whose shallowest product
 takes at most half the target, so it fills the GPU and draws the power of a GPU-filling kernel -- made
