@@ -33,6 +33,7 @@ from .decision import by_device, gate, refusal
 from .merge import MergeError, empty_shards, merge_runs, models_problem, shard_problems
 from .power import case_powers, power_lines
 from .reports import write_reports
+from .reruns import combine_reruns
 from .rule import DEFAULT_THRESHOLD, Thresholds, parse_fraction, parse_override
 from .runs import benches, partial_headline, partial_note, records
 from .table import render, time_lines
@@ -57,7 +58,8 @@ BASELINE = ("Add saved runs (--benchmark-json files of the baseline's selection,
 MERGE = ("Merge the JSON files of shards (--attn-shard=I/N on several runners, or runs that measured different"
          " problems) into one run: the summary a single run of them all would print, one merged JSON, the reports,"
          " and the gate, per device model. Shards of two GPU models, and a shard missing or one that measured"
-         " nothing, are refused. Exit status: 0 the gate passed (or there is none), 1 it failed, 4 bad input.")
+         " nothing, are refused. With --reruns, the files are instead runs of the same cases on one GPU, gated as"
+         " one. Exit status: 0 the gate passed (or there is none), 1 it failed, 4 bad input.")
 
 
 def _version() -> str:
@@ -67,10 +69,7 @@ def _version() -> str:
         return "pytest-attn (not installed: run from a checkout)"
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="pytest-attn", description=DESCRIPTION)
-    parser.add_argument("--version", action="version", version=_version())
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{merge,baseline,recover}")
+def _merge_parser(sub: Any) -> None:
     merge = sub.add_parser("merge", help="merge shards' JSON files into one summary, JSON, report and gate",
                            description=MERGE)
     merge.add_argument("files", nargs="+", type=Path, help="pytest-benchmark JSON files of pytest-attn runs")
@@ -90,6 +89,17 @@ def _parser() -> argparse.ArgumentParser:
     merge.add_argument("--allow-partial", action="store_true",
                        help="merge shards that are not the whole run (one missing, or of another run); the merged"
                             " run is marked partial")
+    merge.add_argument("--reruns", action="store_true",
+                       help="the files are runs of the same cases on one GPU (the selection run again): each case's"
+                            " medians are repeats of that GPU, and the gate judges their mean with the noise of that"
+                            " many runs (a 5%% slowdown on a GPU the baseline never saw is caught more often)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="pytest-attn", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=_version())
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{merge,baseline,recover}")
+    _merge_parser(sub)
     base = sub.add_parser("baseline", help="add saved runs to a baseline as repeats (from other GPUs or hosts)",
                           description=BASELINE)
     base_sub = base.add_subparsers(dest="action", required=True, metavar="{add,power}")
@@ -189,30 +199,24 @@ def _problems(runs: Sequence[tuple[str, dict[str, Any]]], allow_partial: bool, o
     return problems
 
 
-def merge(args: argparse.Namespace, out: list[str]) -> int:
-    _writable(args)
-    runs = _read(args.files)
-    problems = _problems(runs, args.allow_partial, out)
-    merged = merge_runs(runs)
-    if problems:
-        out.append(f"--allow-partial: merged anyway, marked partial: {'; '.join(problems)}")
-        earlier = (merged.get("attn_partial") or {}).get("reason")
-        reason = f"merged with --allow-partial: {'; '.join(problems)}" + (f"; {earlier}" if earlier else "")
-        merged["attn_partial"] = {"reason": reason,
-                                  "cases_measured": len(merged["benchmarks"]), "cases_selected": None}
-    found = records(merged)
-    if not found:
-        raise MergeError("the files hold no pytest-attn result records (runs of pytest-attn 0.1 or newer)")
-    out.append(f"merged {len(args.files)} file(s): {len(found)} results")
-    partial = partial_headline(merged)
-    if partial:  # the headline of a merge that is not the whole run says so, and never "no regression"
-        out.append(f"{partial} ({partial_note(merged)}): the verdicts below are of the cases it holds")
-    devices = list({r.device.uuid or r.device.name: r.device for r in found}.values())
-    out.extend(time_lines(found) + render(found, devices[0], (), args.speedup_vs))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(args.json, json.dumps(merged, indent=2, sort_keys=True))
-        out.append(f"wrote {args.json}")
+def _reruns(runs: Sequence[tuple[str, dict[str, Any]]], allow_partial: bool, out: list[str]) -> tuple[dict, list]:
+    """``runs`` combined as reruns of one GPU (:mod:`.reruns`), and what the combined run is marked partial for."""
+    models = models_problem(runs)
+    if models:
+        raise MergeError(models)
+    cut = [f"{name} is a partial run ({partial_note(run)})" for name, run in runs if run.get("attn_partial")]
+    if cut and not allow_partial:
+        raise MergeError("; ".join(cut) + ": a run cut short is no rerun of the whole. Rerun it, or pass"
+                         " --allow-partial to combine these anyway, marked partial")
+    combined, lines = combine_reruns(runs)
+    combined.pop("attn_partial", None)
+    out.extend(f"reruns: {line}" for line in lines)
+    return combined, cut
+
+
+def _gate_each(args: argparse.Namespace, merged: dict[str, Any], found: list[Any], partial: str | None,
+               more_notes: list[str], out: list[str]) -> int:
+    """The gate and the reports of the merged run, per device model; the exit status."""
     status = OK
     thresholds = Thresholds.build(args.threshold, args.threshold_for)
     measured = stored_fingerprint(merged)  # the libraries the shards measured (not this process's)
@@ -231,10 +235,43 @@ def merge(args: argparse.Namespace, out: list[str]) -> int:
         outcome = gate(mine, base, name, fp, thresholds, args.fail_on, named)
         out.extend(outcome.lines)
         if args.report is not None:
-            out.extend(f"  {w}" for w in write_reports(args.report, outcome.comparisons, name, mine, outcome.notes,
+            notes = [*outcome.notes, *more_notes]
+            out.extend(f"  {w}" for w in write_reports(args.report, outcome.comparisons, name, mine, notes,
                                                         args.fail_on, partial))
         status = max(status, {"pass": OK, "fail": FAILED, "error": USAGE}[outcome.status])
     return status
+
+
+def merge(args: argparse.Namespace, out: list[str]) -> int:
+    _writable(args)
+    runs = _read(args.files)
+    if args.reruns:
+        merged, problems = _reruns(runs, args.allow_partial, out)
+    else:
+        problems = _problems(runs, args.allow_partial, out)
+        merged = merge_runs(runs)
+    if problems:
+        out.append(f"--allow-partial: merged anyway, marked partial: {'; '.join(problems)}")
+        earlier = (merged.get("attn_partial") or {}).get("reason")
+        reason = f"merged with --allow-partial: {'; '.join(problems)}" + (f"; {earlier}" if earlier else "")
+        merged["attn_partial"] = {"reason": reason,
+                                  "cases_measured": len(merged["benchmarks"]), "cases_selected": None}
+    found = records(merged)
+    if not found:
+        raise MergeError("the files hold no pytest-attn result records (runs of pytest-attn 0.1 or newer)")
+    rerun = (f"{len(args.files)} runs of one GPU gated as one (--reruns): a case in several is gated on the mean of"
+             " its runs, with the noise of that many" if args.reruns else "")
+    out.append(f"merged {len(args.files)} file(s): {len(found)} results" + (f"; {rerun}" if rerun else ""))
+    partial = partial_headline(merged)
+    if partial:  # the headline of a merge that is not the whole run says so, and never "no regression"
+        out.append(f"{partial} ({partial_note(merged)}): the verdicts below are of the cases it holds")
+    devices = list({r.device.uuid or r.device.name: r.device for r in found}.values())
+    out.extend(time_lines(found) + render(found, devices[0], (), args.speedup_vs))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(args.json, json.dumps(merged, indent=2, sort_keys=True))
+        out.append(f"wrote {args.json}")
+    return _gate_each(args, merged, found, partial, [rerun] if rerun else [], out)
 
 
 def _the_orphan() -> Path:

@@ -1,6 +1,7 @@
 """What a baseline can catch on a GPU (``pytest-attn baseline power``): from a clean run's noise, the chance that a
-slowdown of a given size reads SLOWER, per case; and at best -- the run's own noise taken away, as many repeats of
-it would -- what the spread between the model's GPUs leaves. Pure.
+slowdown of a given size reads SLOWER, per case; for two runs of the GPU gated as one (``merge --reruns``: the run's
+own noise halved in variance); and at best -- the run's own noise taken away, as many repeats of it would -- what the
+spread between the model's GPUs leaves. Pure.
 
 Per case, with ``sigma`` the noise the gate compares a change with (:mod:`.rule`: the baseline's, this run's and
 between GPUs) and ``t`` the threshold, a slowdown ``s`` reads SLOWER with chance ``P(N(s, sigma) >= max(Z sigma,
@@ -30,6 +31,7 @@ class CasePower:
     name: str
     chance: float  # that the slowdown reads SLOWER, with this run's noise
     best: float  # the same with this run's own noise taken away
+    pair: float  # the same for two runs of this GPU gated as one (merge --reruns): this run's own noise / sqrt(2)
     sigma: float  # the noise of a change (relative, one standard deviation)
     gpu_share: float  # the share of sigma^2 that is the spread between GPUs
 
@@ -55,8 +57,10 @@ def case_powers(base: Mapping[str, Bench], run: Mapping[str, Bench], thresholds:
         own = side_sigma(c.current, noise.between(c.baseline, c.current))
         rest = math.sqrt(max(0.0, sigma**2 - own**2))
         share = (c.gpu_noise / c.noise) ** 2 if c.noise else 0.0
+        pair = math.sqrt(rest**2 + own**2 / 2)
         out.append(CasePower(c.name, chance_slower(slowdown, sigma, c.threshold),
-                             chance_slower(slowdown, rest, c.threshold), sigma, share))
+                             chance_slower(slowdown, rest, c.threshold), chance_slower(slowdown, pair, c.threshold),
+                             sigma, share))
     return sorted(out, key=lambda p: (p.chance, p.name))
 
 
@@ -65,10 +69,13 @@ def power_lines(powers: list[CasePower], slowdown: float, where: str, shown: int
     if not powers:
         return [f"{where}: no case both hold that the gate judges (another selection, or every case TIMER)"]
     n = len(powers)
-    expected, best = sum(p.chance for p in powers), sum(p.best for p in powers)
+    expected, best, pair = (sum(p.chance for p in powers), sum(p.best for p in powers),
+                            sum(p.pair for p in powers))
     lines = [
         f"{where}: a {slowdown:.1%} slowdown is expected to read SLOWER on {expected:.0f} of {n} cases"
         f" ({expected / n:.1%}), from each case's noise in this run",
+        f"two runs of this GPU gated as one (pytest-attn merge --reruns FIRST.json AGAIN.json): {pair:.0f} of {n}"
+        f" ({pair / n:.1%})",
         f"at best, with this run's own noise taken away (many repeats of it): {best:.0f} of {n} ({best / n:.1%});"
         " what is left is the baseline's noise and the spread between GPUs of the model",
     ]
