@@ -109,3 +109,14 @@ def test_a_run_stopped_before_its_first_case_writes_a_json_that_says_so(pytester
 @pytest.fixture(autouse=True)
 def _no_columns(monkeypatch):
     monkeypatch.delenv("COLUMNS", raising=False)
+
+
+def test_the_merged_json_of_shards_is_a_whole_run_and_gates_again(tmp_path, capsys):
+    """It kept the first shard's mark: merging (gating) the merged JSON again read "shard 2/2 is missing"."""
+    a = _shard(tmp_path / "s1.json", [record("flash-attn", 1e-3, test="t.py::t[fa]")], 1)
+    b = _shard(tmp_path / "s2.json", [record("sdpa-cudnn", 2e-3, test="t.py::t[cudnn]")], 2)
+    merged = tmp_path / "run.json"
+    assert main(["merge", a, b, "--baseline", "off", "--json", str(merged)]) == 0
+    assert "attn_shard" not in json.loads(merged.read_text())
+    assert main(["merge", str(merged), "--baseline", "off"]) == 0
+    assert "merged 1 file(s): 2 results" in capsys.readouterr().out

@@ -47,6 +47,7 @@ def merge_runs(runs: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     merged = {**first, "benchmarks": benchmarks, "attn_shards": [name for name, _ in runs]}
     merged["machine_info"] = {**(first.get("machine_info") or {}), "attn_devices": list(devices.values())}
     merged.pop("attn_partial", None)
+    merged.pop("attn_shard", None)  # the whole run is no shard: kept, gating its JSON again read "shard 2/2 is missing"
     if partial:
         merged["attn_partial"] = {"reason": "; ".join(partial), "cases_measured": len(benchmarks),
                                   "cases_selected": None}
