@@ -53,6 +53,7 @@ def test_save_is_atomic_and_refuses_another_gpu(tmp_path, run, monkeypatch):
 
 @pytest.mark.parametrize(("content", "message"), [
     ('{"benchmarks": [', r"is not valid JSON \(line 1, column 17"),
+    ("", "is empty: the run that was to write it did not reach its end .* pytest-attn recover"),
     ('{"machine_info": {}}', "has no 'benchmarks' list"),
     ('{"benchmarks": [{"name": "x", "stats": {"median": 0}}]}', "'x' has stats.median 0, not a finite positive"),
     ('{"benchmarks": [{"name": "x", "stats": {"median": true}}]}', "'x' has stats.median True, not a finite"),

@@ -72,12 +72,17 @@ class InputError(ValueError):
 
 def read_json(path: Path, what: str) -> Any:
     """The JSON document in ``path`` -- the one reader for every file the tool consumes (baselines, shards,
-    saved runs) -- or :class:`InputError` saying what the file is instead: unreadable, gzip-compressed, UTF-16
+    saved runs) -- or :class:`InputError` saying what the file is instead: unreadable, empty, gzip-compressed, UTF-16
     (as PowerShell's ``>`` writes), not UTF-8, not JSON (with line and column), or holding NaN or Infinity."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise InputError(f"{what} {path} cannot be read: {exc.strerror or exc}") from None
+    if not raw.strip():  # a segfaulted run on an H200 left its --benchmark-json so (docs/gpu-validation.md)
+        raise InputError(f"{what} {path} is empty: the run that was to write it did not reach its end (pytest-benchmark"
+                         " 5.2 and older create the --benchmark-json file at start-up and fill it at the end). If"
+                         " that run died, its measured cases are in its journal: pytest-attn recover turns them into"
+                         " a run")
     if raw[:2] == b"\x1f\x8b":
         raise InputError(f"{what} {path} is gzip-compressed; decompress it first (gunzip -k {path})")
     if raw[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE) or (len(raw) > 1 and raw[1:2] == b"\x00"):
