@@ -121,6 +121,8 @@ def test_the_combined_run_keeps_a_case_of_one_file_and_gates_the_same_when_read_
     assert combined["t1"].repeats_s == (1.02e-3, 1.03e-3) and combined["t2"].repeats_s == ()
     assert main(["merge", str(out_json), "--baseline", base]) == 0
     assert [line for line in capsys.readouterr().out.splitlines() if "at a 5.0% threshold" in line] == verdicts
+    assert main(["baseline", "add", str(tmp_path / "grown.json"), str(out_json)]) == 4  # the runs, not their mean
+    assert f"add the runs themselves ({first}, {again})" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("what, message", [

@@ -283,6 +283,9 @@ def add_runs(path: Path, runs: list[tuple[str, dict[str, Any]]], *, restart_reti
                                 " from this baseline's device. Give the JSON a pytest-attn run wrote")
         if partial_note(run):
             raise BaselineError(f"{where} is a partial run ({partial_note(run)}): a repeat must be a whole run")
+        if run.get("attn_reruns"):  # its records hold one run's median each: the rest would be lost
+            raise BaselineError(f"{where} is runs of one GPU gated as one (pytest-attn merge --reruns): add the runs"
+                                f" themselves ({', '.join(map(str, run['attn_reruns']))}), each a repeat")
         checked.append((where, run, fingerprint))
     stored = stored_fingerprint(load_baseline(path)) if path.exists() else None
     for where, _, fingerprint in checked:  # every run is checked against the first before any is written
