@@ -9,7 +9,7 @@ AMBIGUOUS / CLOCK / TIMER / NEW / MISSING), with :mod:`.fleet` the spread betwee
 baseline's repeats and :mod:`.cycles` the check in clock cycles, and :mod:`.power` what a baseline can catch on a GPU;
 :mod:`.selection` tells a baseline case this run selected and did not measure (MISSING) from one it did not select
 (UNSELECTED), and :mod:`.decision` gives a run's verdict, per device model; :mod:`.reports` and :mod:`.plots` write
-Markdown, CSV and figures; :mod:`.merge` joins the JSON of shards run apart, :mod:`.reruns` runs of one GPU run again
+Markdown, CSV and figures; :mod:`.merge` joins the JSON of shards run apart, :mod:`.reruns` the same cases run again
 (gated as one), and :mod:`.cli` is the ``pytest-attn merge`` command over them (and ``pytest-attn recover``, a dead
 run's journal as a run). A new verdict or report goes here; it reads records and writes text.
 

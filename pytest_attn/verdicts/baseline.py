@@ -284,7 +284,7 @@ def add_runs(path: Path, runs: list[tuple[str, dict[str, Any]]], *, restart_reti
         if partial_note(run):
             raise BaselineError(f"{where} is a partial run ({partial_note(run)}): a repeat must be a whole run")
         if run.get("attn_reruns"):  # its records hold one run's median each: the rest would be lost
-            raise BaselineError(f"{where} is runs of one GPU gated as one (pytest-attn merge --reruns): add the runs"
+            raise BaselineError(f"{where} is runs gated as one (pytest-attn merge --reruns): add the runs"
                                 f" themselves ({', '.join(map(str, run['attn_reruns']))}), each a repeat")
         checked.append((where, run, fingerprint))
     stored = stored_fingerprint(load_baseline(path)) if path.exists() else None

@@ -58,8 +58,8 @@ BASELINE = ("Add saved runs (--benchmark-json files of the baseline's selection,
 MERGE = ("Merge the JSON files of shards (--attn-shard=I/N on several runners, or runs that measured different"
          " problems) into one run: the summary a single run of them all would print, one merged JSON, the reports,"
          " and the gate, per device model. Shards of two GPU models, and a shard missing or one that measured"
-         " nothing, are refused. With --reruns, the files are instead runs of the same cases on one GPU, gated as"
-         " one. Exit status: 0 the gate passed (or there is none), 1 it failed, 4 bad input.")
+         " nothing, are refused. With --reruns, the files are instead runs of the same cases (the selection run"
+         " again), gated as one. Exit status: 0 the gate passed (or there is none), 1 it failed, 4 bad input.")
 
 
 def _version() -> str:
@@ -90,9 +90,9 @@ def _merge_parser(sub: Any) -> None:
                        help="merge shards that are not the whole run (one missing, or of another run); the merged"
                             " run is marked partial")
     merge.add_argument("--reruns", action="store_true",
-                       help="the files are runs of the same cases on one GPU (the selection run again): each case's"
-                            " medians are repeats of that GPU, and the gate judges their mean with the noise of that"
-                            " many runs (a 5%% slowdown on a GPU the baseline never saw is caught more often)")
+                       help="the files are runs of the same cases (the selection run again): each case's medians are"
+                            " repeats of the GPU that measured each, and the gate judges their centre with the noise of"
+                            " that many runs (a 5%% slowdown on a GPU the baseline never saw is caught more often)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -200,7 +200,7 @@ def _problems(runs: Sequence[tuple[str, dict[str, Any]]], allow_partial: bool, o
 
 
 def _reruns(runs: Sequence[tuple[str, dict[str, Any]]], allow_partial: bool, out: list[str]) -> tuple[dict, list]:
-    """``runs`` combined as reruns of one GPU (:mod:`.reruns`), and what the combined run is marked partial for."""
+    """``runs`` combined as reruns (:mod:`.reruns`), and what the combined run is marked partial for."""
     models = models_problem(runs)
     if models:
         raise MergeError(models)
@@ -259,8 +259,8 @@ def merge(args: argparse.Namespace, out: list[str]) -> int:
     found = records(merged)
     if not found:
         raise MergeError("the files hold no pytest-attn result records (runs of pytest-attn 0.1 or newer)")
-    rerun = (f"{len(args.files)} runs of one GPU gated as one (--reruns): a case in several is gated on the mean of"
-             " its runs, with the noise of that many" if args.reruns else "")
+    rerun = (f"{len(args.files)} runs gated as one (--reruns): a case in several is gated on the centre of its runs,"
+             " with the noise of that many (and of its GPUs, where they differ)" if args.reruns else "")
     out.append(f"merged {len(args.files)} file(s): {len(found)} results" + (f"; {rerun}" if rerun else ""))
     partial = partial_headline(merged)
     if partial:  # the headline of a merge that is not the whole run says so, and never "no regression"

@@ -132,14 +132,21 @@ def own_repeats(values: Sequence[float], gpus: Sequence[str], gpu: str | None,
     return len(mine), median([values[i] for i in mine]), cycles
 
 
-def gpu_factor(spread_: Spread, current_gpu: str | None) -> float:
-    """The multiple of ``tau^2`` between a run on ``current_gpu`` and the centre of the baseline's GPUs: ``1 +
-    1/G - 2/G`` where that GPU is among them, ``1 + 1/G`` where it is not. A GPU not known on either side counts
-    as the baseline's own where it has one GPU (as runs before GPUs were recorded were read), else as another."""
+def gpu_factor(spread_: Spread, current: str | Sequence[str] | None) -> float:
+    """The multiple of ``tau^2`` between a run on ``current`` and the centre of the baseline's GPUs: ``1 + 1/G -
+    2/G`` where that GPU is among them, ``1 + 1/G`` where it is not. A GPU not known on either side counts as the
+    baseline's own where it has one GPU (as runs before GPUs were recorded were read), else as another. Runs of a
+    case on ``Gc`` GPUs gated as one (``merge --reruns``) are the mean of their offsets: ``1/Gc + 1/G - 2 C/(Gc G)``,
+    ``C`` the GPUs both hold (none where a GPU is not known)."""
+    gpus = [current] if current is None or isinstance(current, str) else list(dict.fromkeys(current))
     count = len(spread_.gpus)
-    known = bool(current_gpu) and all(spread_.gpus)
-    among = current_gpu in spread_.gpus if known else count == 1
-    return 1 + 1 / count - (2 / count if among else 0.0)
+    if len(gpus) <= 1:
+        one = gpus[0] if gpus else None
+        known = bool(one) and all(spread_.gpus)
+        among = one in spread_.gpus if known else count == 1
+        return 1 + 1 / count - (2 / count if among else 0.0)
+    common = len(set(gpus) & set(spread_.gpus)) if all(gpus) and all(spread_.gpus) else 0
+    return 1 / len(gpus) + 1 / count - 2 * common / (len(gpus) * count)
 
 
 @dataclass(frozen=True)

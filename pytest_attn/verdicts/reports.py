@@ -89,7 +89,7 @@ def _on_gpu(comparisons: Sequence[Comparison]) -> bool:
 
 def _remedies(gpu: bool) -> str:
     return ("add repeats to the baseline (--attn-add-to-baseline), sample longer (--attn-max-time)"
-            + (", lock the clocks (--attn-lock-clocks), or run again on this GPU and gate both runs as one"
+            + (", lock the clocks (--attn-lock-clocks), or run it again and gate both runs as one"
                " (pytest-attn merge --reruns FIRST.json AGAIN.json)" if gpu else " or keep the machine otherwise idle"))
 
 

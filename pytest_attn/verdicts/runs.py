@@ -80,8 +80,13 @@ def repeat_gpus(record: Record) -> tuple[str, ...]:
 
 
 def bench_of(record: Record, median_s: float | None = None) -> Bench:
-    """A record as a benchmark (the current run, before pytest-benchmark wrote anything)."""
+    """A record as a benchmark (the current run, before pytest-benchmark wrote anything). A record holding repeats
+    (runs gated as one, ``merge --reruns``) stands for their centre, as a stored baseline's ``stats.median`` does --
+    not for its newest run's median, which its samples are of."""
     clocks = record.clocks.repeats_sm_clock_mhz
+    repeats = record.timing.repeats_s
+    if median_s is None and repeats:
+        median_s = center(repeats, repeat_gpus(record))
     return Bench(record.name, record.case.group, record.case.backend, median_s or record.median_s,
                  _finite(record.timing.precision) or 0.0, record.figures.tflops, record.figures.mfu_datasheet, record,
                  record.timing.repeats_s, median(list(clocks)) if clocks else record.clocks.sm_clock_mhz,
