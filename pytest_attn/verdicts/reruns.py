@@ -3,10 +3,11 @@ repeats of the GPU that measured each, so the gate judges their centre with the 
 a case's runs fell on two GPUs (``-n N`` hands cases to whichever GPU is free), with the spread between GPUs of their
 mean. Pure: :mod:`.cli` reads the files and gates the result.
 
-Why: on H200s the baseline never saw, a 5 % slowdown read SLOWER on 191-197 of the committed selection's 206 cases
-in one run; two runs gated as one read 196-198 on one GPU and 197-203 on two, and clean pairs (17 on two GPUs, 7 on
-one) read 0 SLOWER, 0 FASTER (docs/gpu-validation.md#the-stored-baseline-gate). Each rerun is a process of its own, as
-each of the baseline's repeats is, so the run-to-run spread the baseline measured holds between them.
+Why: on H200s the baseline never saw, a 5 % slowdown read SLOWER on 191-197 of the committed selection's 206 cases in
+one run; two runs gated as one read 196-198 on one GPU and 197-203 on two, and 26 clean pairs (on one GPU, on two, and
+as -n 2 hands cases out) read 0 SLOWER, 0 FASTER (docs/gpu-validation.md#the-stored-baseline-gate). Each rerun is a
+process of its own, as each of the baseline's repeats is, so the run-to-run spread the baseline measured holds between
+them.
 """
 
 from __future__ import annotations
