@@ -132,7 +132,7 @@ def own_repeats(values: Sequence[float], gpus: Sequence[str], gpu: str | None,
     return len(mine), median([values[i] for i in mine]), cycles
 
 
-def gpu_factor(spread_: Spread, current: str | Sequence[str] | None) -> float:
+def gpu_factor(spread_: Spread, current: str | Sequence[str | None] | None) -> float:
     """The multiple of ``tau^2`` between a run on ``current`` and the centre of the baseline's GPUs: ``1 + 1/G -
     2/G`` where that GPU is among them, ``1 + 1/G`` where it is not. A GPU not known on either side counts as the
     baseline's own where it has one GPU (as runs before GPUs were recorded were read), else as another. Runs of a

@@ -155,7 +155,7 @@ class Noise:
             return 0.0, 0.0, ""
         s = spread(b.repeats_s, b.repeats_gpu)
         tau, source = self.fleet.tau(b.backend, b.bound, s.tau(between))
-        return tau, gpu_factor(s, c.repeats_gpu if len(set(c.repeats_gpu)) > 1 else c.gpu), source
+        return tau, gpu_factor(s, c.gpus), source
 
     def reference(self, b: Bench, c: Bench, between: float) -> Reference:
         """What ``c`` is compared with: the baseline's centre over its GPUs, or -- where the baseline holds repeats of
@@ -163,7 +163,7 @@ class Noise:
         the noise estimates only, never the medians."""
         tau, factor, source = self.gpu(b, c, between)
         centre = Reference(b.median_s, b.cycles, side_sigma(b, between), tau * math.sqrt(factor), source)
-        one_gpu = len(set(c.repeats_gpu)) <= 1  # reruns on two GPUs (merge --reruns) are no one GPU's
+        one_gpu = len(c.gpus) == 1  # reruns on two GPUs (merge --reruns) are no one GPU's
         mine = own_repeats(b.repeats_s, b.repeats_gpu, c.gpu, b.repeats_clock_mhz) if self.fleet and one_gpu else None
         if mine is None or mine[0] < OWN_LEAST:
             return centre

@@ -42,6 +42,13 @@ class Bench:
         return self.record.device.uuid if self.record is not None else None
 
     @property
+    def gpus(self) -> tuple[str | None, ...]:
+        """The GPUs this median stands for: its repeats' where they came from several (runs gated as one, ``merge
+        --reruns``), else its own GPU."""
+        several = tuple(dict.fromkeys(self.repeats_gpu))
+        return several if len(several) > 1 else (self.gpu,)
+
+    @property
     def bound(self) -> str:
         """"compute", "memory" or "unknown": the class whose between-GPU spread stands for this case's."""
         return self.record.figures.bound if self.record is not None else "unknown"
