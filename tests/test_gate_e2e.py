@@ -8,6 +8,7 @@ partial and skipped by a bare --benchmark-compare."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import re
@@ -498,3 +499,30 @@ def test_right(attn_fuzzer, direction):
     assert result.ret == pytest.ExitCode.OK
     assert "measured nothing" not in result.stdout.str()
     result.stdout.fnmatch_lines(["*sdpa-math fwd: * ran*"])
+
+
+def test_a_second_look_gates_the_doubtful_cases_on_both_runs_and_the_json_keeps_the_pair(run, pytester, monkeypatch):
+    from pytest_attn.plugin import second_look
+
+    count = _baseline(run, pytester, repeats=1)  # the CPU noise assumed: 5 % injected reads AMBIGUOUS in one run
+    asked: list[list[str]] = []
+
+    def again(config, firsts):  # the fresh process, faked: each case measured 1 % slower again
+        asked.append([r.name for r in firsts])
+        return {r.name: dataclasses.replace(r, timing=dataclasses.replace(r.timing, median_s=r.median_s * 1.01))
+                for r in firsts}, []
+
+    monkeypatch.setattr(second_look, "look_again", again)
+    assert run("--attn-inject-slowdown=5%").ret == pytest.ExitCode.OK and asked == []  # auto: on a GPU only
+    looked = run("--attn-inject-slowdown=5%", "--attn-second-look=on", "--benchmark-json=run.json")
+    assert len(asked) == 1 and len(asked[0]) == count and looked.ret == pytest.ExitCode.TESTS_FAILED
+    # the pairs measured how far a run repeats (1 %), where one run had only the assumed 5 % to go by
+    looked.stdout.fnmatch_lines([f"second look: {count} of {count} case(s) the gate would leave AMBIGUOUS or CLOCK"
+                                 " measured again in a fresh process*",
+                                 f"*: {count} SLOWER", "*between-run noise measured from repeats*",
+                                 f"second look: on both runs, the {count} case(s) measured again read {count} SLOWER"])
+    saved = json.loads((pytester.path / "run.json").read_text())["benchmarks"]
+    pairs = [b["extra_info"]["timing"]["repeats_s"] for b in saved if b["extra_info"]["timing"].get("repeats_s")]
+    assert len(pairs) == len(asked[0]) and all(p[1] == pytest.approx(p[0] * 1.01) for p in pairs)
+    assert run("--attn-inject-slowdown=5%", "--attn-second-look=on", "--attn-add-to-baseline").ret == 0
+    assert len(asked) == 1  # a run that saves a baseline gates nothing: nothing to look at again

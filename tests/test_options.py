@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from pytest_attn.plugin import command_line
 from pytest_attn.plugin import options as opt
 
 
@@ -149,13 +150,13 @@ def test_a_misspelled_option_names_the_ones_it_may_mean():
     def unknown(args):
         return [a for a in args if a.startswith("--attn-")]  # the parser knows none of them
 
-    assert opt.misspelled(["--attn-profle=cpu", "-q"], unknown) == (
+    assert command_line.misspelled(["--attn-profle=cpu", "-q"], unknown) == (
         "unknown pytest-attn option --attn-profle: did you mean --attn-profile?")
-    assert "--attn-baselines-dir" in opt.misspelled(["--attn-basline-dir", "x"], unknown)
-    assert opt.misspelled(["--attn-xyzzy"], unknown) == (
+    assert "--attn-baselines-dir" in command_line.misspelled(["--attn-basline-dir", "x"], unknown)
+    assert command_line.misspelled(["--attn-xyzzy"], unknown) == (
         "unknown pytest-attn option --attn-xyzzy: no such option (pytest --help lists the --attn-* options)")
-    assert opt.misspelled(["--attn-profile=cpu", "suites/"], unknown) is None  # ours: the parser is not asked
-    assert opt.misspelled(["--attn-mine=1"], lambda args: []) is None  # a conftest's own --attn-* option
+    assert command_line.misspelled(["--attn-profile=cpu", "suites/"], unknown) is None  # ours: the parser is not asked
+    assert command_line.misspelled(["--attn-mine=1"], lambda args: []) is None  # a conftest's own --attn-* option
 
 
 def test_a_misspelled_option_stops_the_run_at_start_up(pytester):

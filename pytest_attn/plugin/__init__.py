@@ -14,12 +14,13 @@ touches no GPU.
 Modules: :mod:`.command_line`, :mod:`.options`, :mod:`.session`, :mod:`.results` (what the session measured, skipped
 and has to say), :mod:`.detect` (is this an attention run), :mod:`.bench`, :mod:`.benchjson` (records as
 pytest-benchmark's JSON), :mod:`.gate_inputs` (what the gate needs before the first case), :mod:`.figures` (figures
-that need the session), :mod:`.outcomes` (a case skipped or refused), :mod:`.nothing_selected` (why a run selected no
-case), :mod:`.hints` (advice valid where the user stands), :mod:`.progress`, :mod:`.summary`, :mod:`.fuzz`,
-:mod:`.gate`, :mod:`.ab` (the paired A/B), :mod:`.history`, :mod:`.recovery` (each case kept as it ends; a run that
-died recovered), :mod:`.signals`, :mod:`.workers` (pytest-xdist workers and shards), :mod:`.sharding` (which
-problems a shard runs), :mod:`.scheduling` (the order problems go to the workers), :mod:`.handover` (both ends of
-the workers' channel, every key on it), :mod:`.hookspecs`, :mod:`.finish` (the session's end, in order).
+that need the session), :mod:`.outcomes` (a case skipped or refused), :mod:`.nothing_selected` (why a run selected
+no case), :mod:`.hints` (advice valid where the user stands), :mod:`.progress`, :mod:`.summary`, :mod:`.fuzz`,
+:mod:`.gate`, :mod:`.second_look` (doubtful cases measured again before the gate), :mod:`.ab` (the paired A/B),
+:mod:`.history`, :mod:`.recovery` (each case kept as it ends; a run that died recovered), :mod:`.signals`,
+:mod:`.workers` (pytest-xdist workers and shards), :mod:`.sharding` (which problems a shard runs),
+:mod:`.scheduling` (the order problems go to the workers), :mod:`.handover` (both ends of the workers' channel,
+every key on it), :mod:`.hookspecs`, :mod:`.finish` (the session's end, in order).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ pytest_plugins = [
     "pytest_attn.plugin.scheduling",
     "pytest_attn.plugin.workers",
     "pytest_attn.plugin.gate",
+    "pytest_attn.plugin.second_look",
     "pytest_attn.plugin.ab",
     "pytest_attn.plugin.summary",
     "pytest_attn.plugin.bench",

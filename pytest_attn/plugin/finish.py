@@ -4,11 +4,14 @@
 so this wrapper, ``tryfirst``, runs around it):
 
 1. :func:`.history.mark_partial` -- was the run cut short (Ctrl-C, a signal, ``-x``)? What is saved says so;
+   then :func:`.second_look.second_look_session` -- the cases the gate would leave in doubt measured again in a
+   fresh process, each kept as a pair of runs;
 2. :func:`.bench.settle_records` -- "measured nothing" where nothing was; each result against the others of its
    problem; on the controller of pytest-xdist workers, their records handed to pytest-benchmark;
 3. :func:`.gate.gate_session` -- the baseline saved or the run gated, and the reports, from the records alone
    (a failed save of pytest-benchmark's cannot cost them); then :func:`.workers.write_empty_shard` -- a shard that
-   measured nothing still writes its ``--benchmark-json`` (pytest-benchmark writes none without a benchmark).
+   measured nothing still writes its ``--benchmark-json`` (pytest-benchmark writes none without a benchmark); and
+   :func:`.second_look.hand_back` -- a second look's child writes its records for the run that started it.
 
 A step that fails is said (:func:`.history.end_step_failed`, its traceback among the history's lines, exit status 3)
 and the steps after it run: a baseline that cannot be saved, or a report, never costs pytest-benchmark's JSON.
@@ -41,6 +44,7 @@ from .fuzz import fuzz_section, judge_reach
 from .gate import gate_section, gate_session
 from .history import end_step_failed, history_section, mark_partial
 from .recovery import close_journal
+from .second_look import hand_back, second_look_session
 from .summary import summary_section
 from .workers import hand_over_lines, write_empty_shard
 
@@ -49,8 +53,9 @@ SECTIONS = (fuzz_section, summary_section, ab_section, gate_section)
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Generator[None, None, None]:
-    for step in (functools.partial(mark_partial, session, exitstatus), functools.partial(settle_records, session),
-                 functools.partial(gate_session, session), functools.partial(write_empty_shard, session)):
+    for step in (functools.partial(mark_partial, session, exitstatus), functools.partial(second_look_session, session),
+                 functools.partial(settle_records, session), functools.partial(gate_session, session),
+                 functools.partial(write_empty_shard, session), functools.partial(hand_back, session)):
         try:
             step()
         except Exception as exc:  # said, with its traceback; the steps after it, and pytest-benchmark's save, still run

@@ -36,6 +36,7 @@ from ..core.record import Record, TimerPin
 from ..verdicts.baseline import BaselineError, baseline_path, load_baseline, save_baseline
 from ..verdicts.decision import Outcome, by_device, gate
 from ..verdicts.fingerprint import Fingerprint, fingerprint_of
+from ..verdicts.in_doubt import after_line
 from ..verdicts.layout import wrap
 from ..verdicts.reports import markdown, write_reports
 from ..verdicts.runs import benches, partial_headline
@@ -59,6 +60,7 @@ from .workers import workers_requested
 
 GIVEN_BASELINE = pytest.StashKey[dict[str, Any]]()
 TIMER_PINS = pytest.StashKey[dict[str, TimerPin]]()
+SECOND_LOOKED = pytest.StashKey[list[str]]()  # the cases measured again (plugin.second_look), gated on both runs
 
 
 def _takes_a_file(folder: Path) -> None:
@@ -282,7 +284,7 @@ def _gate_one(config: pytest.Config, attn: AttnSession, fp: Fingerprint, records
               lines: list[str]) -> str:
     """Gate one device model's results; returns "pass", "fail", "error" or "none" (no baseline)."""
     options = attn.gate
-    base, name, missing = _baseline_for(config, options.baseline, options.baselines_dir, fp)
+    base, name, missing = baseline_for(config, options.baseline, options.baselines_dir, fp)
     if missing and options.dir_given and not missing.startswith("error:"):
         missing = (f"error: --attn-baselines-dir={options.baselines_dir} holds no baseline for {fp.device}"
                    f" ({baseline_path(options.baselines_dir, fp.key)}): nothing was compared. Record one with"
@@ -299,12 +301,15 @@ def _gate_one(config: pytest.Config, attn: AttnSession, fp: Fingerprint, records
                    named=options.baseline != "auto" or options.dir_given, width=terminal_width(config),
                    selection=selection_of(config, attn))
     lines += outcome.lines
+    looked = config.stash.get(SECOND_LOOKED, None)
+    if looked:
+        lines.append(after_line(looked, outcome.comparisons))
     if not _reports(attn, records, outcome, name, lines):
         return "error"
     return outcome.status
 
 
-def _baseline_for(config: pytest.Config, given: str, folder: Path,
+def baseline_for(config: pytest.Config, given: str, folder: Path,
                   fp: Fingerprint) -> tuple[dict[str, Any] | None, str, str]:
     """(the baseline, its name, why there is none): the given one, or the one stored for the device."""
     if given != "auto":

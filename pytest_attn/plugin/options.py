@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -141,6 +141,7 @@ backend_names = option_value("--attn-backends", _names)
 dtypes = comma_list(DTYPES, "dtype", canonical_dtype)
 directions = comma_list(DIRECTIONS, "direction")
 timer = option_value("--attn-timer", _choice("timer", TIMER_KINDS))
+second_look = option_value("--attn-second-look", _choice("mode", ("auto", "on", "off")))
 precision = option_value("--attn-precision", lambda t: parse_percent(t, "--attn-precision"))
 min_samples = _number("--attn-min-samples", int, "a whole number", 5, MAX_SAMPLES, "the most samples a case takes")
 adhoc_case = option_value("--attn-case", parse_case)  # (an AdhocError is a ValueError)
@@ -281,6 +282,9 @@ def _add_gate_options(g: Any) -> None:
               " between-run noise is then measured (record with --attn-save-baseline, then add two more)")
     _add(g, "--attn-force", False, action="store_true",
          help="with --attn-save-baseline: replace a baseline recorded on another GPU, or a corrupt one")
+    _add(g, "--attn-second-look", "auto", type=second_look, metavar="auto|on|off",
+         help="before the gate, measure the cases it would leave AMBIGUOUS or CLOCK again in a fresh process on the"
+              " same GPU and gate each on both runs (auto, the default: on a GPU; on: on a CPU too)")
     _add(g, "--attn-report", None, type=Path, metavar="DIR",
          help="write summary.md, results.csv and plots (TFLOP/s vs length, roofline) into DIR")
     _add(g, "--attn-ab", None, type=ab_arms, metavar="ARM_A,ARM_B",
@@ -296,30 +300,6 @@ def _add_gate_options(g: Any) -> None:
          help="with --attn-ab: the least time an arm is waited for (a block: 10x what it should take; starting an"
               " arm, or a case's first set-up in it: 6x this, at least 300); past it the arm is killed, the case"
               " fails naming it, and a new process replaces it (default 300)")
-
-
-def misspelled(args: Sequence[str], known: Callable[[Sequence[str]], list[str]]) -> str | None:
-    """What to say of an ``--attn-*`` flag among ``args`` that is none of this plugin's: pytest's own message
-    is "unrecognized arguments", with no hint; this one names the closest flags. ``known(args)`` gives the
-    flags the whole parser does not know (a conftest may add ``--attn-*`` options of its own); it is asked
-    only where a flag is not one of ours, so a correct command line costs a scan of its words."""
-    import difflib  # only where a flag is wrong: 2 ms of every pytest session otherwise
-
-    ours = [flag for flag, _ in DEFAULTS.values()]
-    suspects = [a.split("=", 1)[0] for a in args if a.startswith("--attn-") and a.split("=", 1)[0] not in ours]
-    if not suspects:
-        return None
-    unknown = {u.split("=", 1)[0] for u in known(args)}
-    bad = [flag for flag in suspects if flag in unknown]
-    if not bad:
-        return None
-    said = []
-    for flag in bad:
-        stems = {f.removeprefix("--attn-"): f for f in ours}
-        close = [stems[m] for m in difflib.get_close_matches(flag.removeprefix("--attn-"), stems, n=2, cutoff=0.7)]
-        said.append(f"{flag}: did you mean {' or '.join(close)}?" if close
-                    else f"{flag}: no such option (pytest --help lists the --attn-* options)")
-    return "unknown pytest-attn option " + "; ".join(said)
 
 
 def given(config: pytest.Config) -> list[str]:

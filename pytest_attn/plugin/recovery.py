@@ -24,6 +24,7 @@ from ..core.journal import Header, JournalWriter, journal_folder, orphans, read_
 from ..core.record import Record
 from .benchjson import benchmark_entry
 from .history import runnable
+from .second_look import is_child
 from .session import ATTN_SESSION, AttnSession, terminal_say
 from .workers import is_worker
 
@@ -127,7 +128,7 @@ def orphan_lines(folder: Path) -> list[str]:
 
 def pytest_configure(config: pytest.Config) -> None:
     """The journal of the process that saves the run (one process, or the controller of workers)."""
-    if config.stash.get(ATTN_SESSION, None) is not None and not is_worker(config) and \
+    if config.stash.get(ATTN_SESSION, None) is not None and not is_worker(config) and not is_child() and \
             not config.pluginmanager.has_plugin(CASE_JOURNAL):
         config.pluginmanager.register(CaseJournal(config), CASE_JOURNAL)
 

@@ -63,6 +63,7 @@ class GateOptions:
     fail_on: tuple[str, ...] = DEFAULT_FAIL_ON
     add: bool = False  # --attn-add-to-baseline
     dir_given: bool = False  # --attn-baselines-dir was given: a gate was asked for (its folder must exist)
+    second_look: str = "auto"  # --attn-second-look: auto (on a GPU), on, off
 
     @classmethod
     def of(cls, config: pytest.Config) -> GateOptions:
@@ -70,7 +71,8 @@ class GateOptions:
         folder = get("attn_baselines_dir")
         return cls(Thresholds.build(get("attn_threshold"), get("attn_threshold_for")), get("attn_baseline"),
                    config.rootpath / folder, get("attn_save_baseline"), get("attn_force"),
-                   get("attn_report"), get("attn_fail_on"), get("attn_add_to_baseline"), folder != BASELINES_DIR)
+                   get("attn_report"), get("attn_fail_on"), get("attn_add_to_baseline"), folder != BASELINES_DIR,
+                   get("attn_second_look"))
 
 
 class AttnSession:
@@ -227,8 +229,7 @@ ATTENTION_RUN = pytest.StashKey[bool]()  # set by prepare_attention_run
 VISIBLE_GPUS = pytest.StashKey[list[VisibleGpu]]()  # what NVML saw when the run was prepared
 CLOCK_LOCKER: pytest.StashKey[ClockLocker] = pytest.StashKey()  # --attn-lock-clocks: it restores the clocks
 FUZZER: pytest.StashKey[Fuzzer] = pytest.StashKey()  # the session's fuzzer, once a fuzz test ran
-#: the controller of pytest-xdist workers: their fuzz reach, per back end and direction
-FUZZ_REACH: pytest.StashKey[dict[tuple[str, str], Reach]] = pytest.StashKey()
+FUZZ_REACH: pytest.StashKey[dict[tuple[str, str], Reach]] = pytest.StashKey()  # the workers' fuzz reach
 FUZZ_PROFILE = pytest.StashKey[str]()  # the Hypothesis profile the fuzz tests run under
 GATE_LINES = pytest.StashKey["list[str]"]()
 PINNED = pytest.StashKey[tuple[int, str]]()  # a pytest-xdist worker: (its GPU's place among the run's, UUID)
@@ -244,8 +245,7 @@ PARTIAL = pytest.StashKey[dict[str, Any]]()  # a run cut short: why, cases measu
 COMPARED = pytest.StashKey[list[tuple[str, dict[str, Any]]]]()
 #: the node ids the run collected (after -k, --attn-shard; on the controller of workers, what they collected)
 SELECTED = pytest.StashKey["set[str]"]()
-#: why a collected test recorded no result (skipped, failed), by node id (plugin.gate)
-NOT_MEASURED = pytest.StashKey["dict[str, str]"]()
+NOT_MEASURED = pytest.StashKey["dict[str, str]"]()  # why a collected test recorded no result, by node id (plugin.gate)
 #: the stored baselines this run is gated against (or adds a repeat to), read and checked at start-up, by path
 STORED_BASELINES = pytest.StashKey["dict[Path, dict[str, Any]]"]()
 

@@ -1,0 +1,223 @@
+"""``--attn-second-look``: before the gate, the cases it would leave AMBIGUOUS or CLOCK measured again in a fresh
+pytest process on the GPU that measured them, then gated on both runs (why, and the pure parts:
+:mod:`pytest_attn.verdicts.in_doubt`). ``auto`` (the default) looks on a GPU; ``on`` on a CPU too.
+
+* **The run** (one process, or the controller of pytest-xdist workers), after it is marked partial or not and before
+  its records are settled (:mod:`.finish`): the gate's verdicts computed once, silently; the doubtful cases of each
+  GPU handed to a child on that GPU (``CUDA_VISIBLE_DEVICES`` = its UUID; the children of several GPUs at once); each
+  case's second median kept beside its first as a repeat. A child that fails or overruns costs nothing but itself:
+  the cases keep their one run, and the gate says so. Not for a run cut short, an A/B, or a run that saves a baseline.
+* **The child** (:data:`ENV` names its request): the run's own command line, collecting only the named cases, each
+  timed as its first run was (timer, calls per sample, input sets), without xdist, and writing nothing of its own (no
+  JSON, saved run, report, baseline, journal or job summary; no clock lock, sustained phase or ncu pass) but the
+  records it hands back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..core.files import write_atomic
+from ..core.record import Record, TimerPin
+from ..verdicts.decision import by_device, gate
+from ..verdicts.in_doubt import chosen, combined
+from .gate import SECOND_LOOKED, TIMER_PINS, baseline_for, cut_short
+from .gate_inputs import selection_of
+from .options import NO_LOCK
+from .session import ATTN_SESSION, CPU_THREADS, GATE_LINES, AttnSession, terminal_say
+from .workers import is_worker
+
+ENV = "PYTEST_ATTN_SECOND_LOOK"  # the child's request: a JSON file (the cases, their pins, where to write)
+#: A child gets this many times its cases' first time, plus a start-up allowance, before it is stopped.
+TIMEOUT_FACTOR, TIMEOUT_START_S = 4.0, 300.0
+LAST_LINES = 8
+#: What a child never does, whatever the command line, addopts or PYTEST_ADDOPTS say: (option dest, value).
+CHILD_OFF: tuple[tuple[str, Any], ...] = (
+    ("benchmark_json", None), ("benchmark_save", None), ("benchmark_autosave", False), ("benchmark_histogram", None),
+    ("benchmark_compare", None), ("benchmark_compare_fail", None), ("benchmark_cprofile_dump", None), ("xmlpath", None),
+    ("attn_report", None), ("attn_save_baseline", False), ("attn_add_to_baseline", False), ("attn_baseline", "off"),
+    ("attn_lock_clocks", NO_LOCK), ("attn_trace_dir", None), ("attn_hbm", None), ("attn_sustained", None),
+    ("attn_second_look", "off"), ("numprocesses", 0), ("dist", "no"), ("tx", []), ("lf", False), ("failedfirst", False),
+    ("newfirst", False), ("stepwise", False), ("stepwise_skip", False))
+
+
+def is_child() -> bool:
+    return bool(os.environ.get(ENV))
+
+
+# ---- the child --------------------------------------------------------------------------------------------------
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """A child turns off what would write or lock, and xdist, before any plugin configures."""
+    if is_child():
+        for dest, value in CHILD_OFF:
+            if hasattr(config.option, dest):
+                setattr(config.option, dest, value)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A child: each case timed as its first run was; and no autosave (an attention run's, set at configure by
+    :func:`.session.prepare_attention_run`), read by pytest-benchmark after this."""
+    if is_child():
+        config.option.benchmark_autosave = False
+        request = json.loads(Path(os.environ[ENV]).read_text())
+        config.stash[TIMER_PINS] = {name: TimerPin(*pin) for name, pin in request["pins"].items()}
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A child keeps only the cases it was asked for."""
+    if not is_child():
+        return
+    wanted = set(json.loads(Path(os.environ[ENV]).read_text())["pins"])
+    kept = [item for item in items if item.nodeid.rsplit("@", 1)[0] in wanted]
+    dropped = [item for item in items if item.nodeid.rsplit("@", 1)[0] not in wanted]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+def hand_back(session: pytest.Session) -> None:
+    """A child hands its records back, every case it measured (:mod:`.finish`)."""
+    attn = session.config.stash.get(ATTN_SESSION, None)
+    if is_child() and attn is not None:
+        out = Path(json.loads(Path(os.environ[ENV]).read_text())["out"])
+        write_atomic(out, json.dumps({"records": [r.to_json() for r in attn.results.records]}))
+
+
+# ---- the run ----------------------------------------------------------------------------------------------------
+def _wanted(config: pytest.Config, attn: AttnSession) -> bool:
+    options = attn.gate
+    mode = "off" if is_child() or is_worker(config) else options.second_look
+    if mode == "off" or options.baseline == "off" or options.save or options.add or attn.options.ab is not None:
+        return False
+    if cut_short(config) or not attn.results.records:
+        return False
+    return mode == "on" or any(r.device.is_cuda for r in attn.results.records)
+
+
+def second_look_session(session: pytest.Session) -> None:
+    """The doubtful cases of each device model measured again, their records replaced by the pair (:mod:`.finish`)."""
+    config = session.config
+    attn = config.stash.get(ATTN_SESSION, None)
+    if attn is None or not _wanted(config, attn):
+        return
+    lines, looked = config.stash[GATE_LINES], config.stash.setdefault(SECOND_LOOKED, [])
+    for fp, records in by_device(attn.results.records, config.stash.get(CPU_THREADS, None), attn.libraries).values():
+        base, name, _ = baseline_for(config, attn.gate.baseline, attn.gate.baselines_dir, fp)
+        if base is None:
+            continue
+        outcome = gate(records, base, name, fp, attn.gate.thresholds, attn.gate.fail_on,
+                       selection=selection_of(config, attn))
+        names, doubtful = chosen(outcome.comparisons)
+        if not names:
+            continue
+        firsts = [r for r in records if r.name in set(names)]
+        say = terminal_say(config)
+        say(f"second look: measuring {len(firsts)} case(s) the gate would leave AMBIGUOUS or CLOCK again, in a fresh"
+            " process on the GPU that measured each")
+        start = time.monotonic()
+        again, problems = look_again(config, firsts)
+        kept = []
+        for first in firsts:
+            pair, why = combined(first, again[first.name]) if first.name in again else (None, "")
+            if pair is not None:
+                attn.results.update(pair)
+                kept.append(first.name)
+            elif why:
+                problems.append(f"{why}: gated on its one run")
+        looked.extend(kept)
+        more = f" ({doubtful - len(names)} more in doubt: at most a quarter of the cases is measured again)" \
+            if doubtful > len(names) else ""
+        lines.append(f"second look: {len(kept)} of {len(firsts)} case(s) the gate would leave AMBIGUOUS or CLOCK"
+                     f" measured again in a fresh process ({time.monotonic() - start:.1f} s){more}; each is gated on"
+                     " both runs (--attn-second-look=off: on one)")
+        lines += [f"  {p}" for p in problems]
+
+
+def _request(folder: Path, records: Sequence[Record]) -> Path:
+    path = folder / "request.json"
+    pins = {r.name: [r.timing.timer, r.timing.calls_per_sample, r.timing.input_sets] for r in records}
+    path.write_text(json.dumps({"pins": pins, "out": str(folder / "records.json")}))
+    return path
+
+
+def child_env(request: Path, gpu: str) -> dict[str, str]:
+    """The child's environment: the run's, with its request, on the GPU ``gpu`` (a UUID, or "" for the device the
+    run has), and no job summary to append to."""
+    env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
+    env[ENV] = str(request)
+    if gpu.startswith(("GPU-", "MIG-")):
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    return env
+
+
+def look_again(config: pytest.Config, firsts: Sequence[Record]) -> tuple[dict[str, Record], list[str]]:
+    """``firsts`` measured again: a child per GPU, all at once. Returns the records they wrote, by name, and what
+    went wrong (a child that failed or overran: its last lines)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()  # the child needs the memory this process's allocator keeps
+    by_gpu: dict[str, list[Record]] = {}
+    for r in firsts:
+        by_gpu.setdefault(r.device.uuid or "", []).append(r)
+    with tempfile.TemporaryDirectory(prefix="pytest-attn-second-look-") as tmp:
+        runs = []
+        for i, (gpu, records) in enumerate(by_gpu.items()):
+            folder = Path(tmp) / str(i)
+            folder.mkdir()
+            budget = TIMEOUT_START_S + TIMEOUT_FACTOR * sum(r.timing.elapsed_s or 1.0 for r in records)
+            log = open(folder / "log.txt", "wb")  # noqa: SIM115 (closed below, once the child ended)
+            child = RUN_CHILD(child_command(config), child_env(_request(folder, records), gpu),
+                              config.invocation_params.dir, log)
+            runs.append((gpu, folder, child, log, budget))
+        return _collect(runs)
+
+
+def _collect(runs: list[tuple[str, Path, Any, Any, float]]) -> tuple[dict[str, Record], list[str]]:
+    again: dict[str, Record] = {}
+    problems: list[str] = []
+    start = time.monotonic()
+    for gpu, folder, child, log, budget in runs:
+        try:
+            code = child.wait(timeout=max(1.0, budget - (time.monotonic() - start)))
+        except subprocess.TimeoutExpired:
+            child.kill()
+            code = f"stopped after {budget:.0f} s"
+            child.wait()
+        log.close()
+        out = folder / "records.json"
+        if out.is_file():
+            for info in json.loads(out.read_text())["records"]:
+                record = Record.from_json(info)
+                again[record.name] = record
+        if code != 0 or not out.is_file():
+            tail = (folder / "log.txt").read_text(errors="replace").strip().splitlines()[-LAST_LINES:]
+            problems.append(f"the fresh process{' on ' + gpu if gpu else ''} ended badly (exit {code}); its last"
+                            " lines:")
+            problems += [f"  {line}" for line in tail]
+    return again, problems
+
+
+def child_command(config: pytest.Config) -> list[str]:
+    """This run's own command line, run again with the interpreter running it."""
+    return [sys.executable, "-m", "pytest", *config.invocation_params.args]
+
+
+def _popen(command: list[str], env: dict[str, str], cwd: Path, log: Any) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(command, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL)
+
+
+#: How a child is started (tests replace it; it returns an object with ``wait(timeout)`` and ``kill()``).
+RUN_CHILD = _popen

@@ -1,0 +1,218 @@
+"""``--attn-second-look``: the cases the gate would leave AMBIGUOUS or CLOCK measured again in a fresh process and
+gated on both runs -- which cases (pytest_attn.verdicts.in_doubt), what the pair holds, what it buys (simulated), the
+run's wiring (the fresh process faked), and the child (a real pytest process) measuring only what it was asked and
+writing nothing of its own."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from factories import record
+from test_reruns import _baseline, _rec, _run
+
+from pytest_attn.core.record import Record
+from pytest_attn.plugin import second_look
+from pytest_attn.verdicts.in_doubt import AT_LEAST, after_line, chosen, combined
+from pytest_attn.verdicts.rule import Comparison, Noise, Thresholds, compare
+from pytest_attn.verdicts.runs import bench_of, benches
+from pytest_attn.verdicts.verdict import Verdict
+
+
+def _cmp(name: str, verdict: Verdict, change: float) -> Comparison:
+    b = bench_of(_rec(name, 1e-3, "GPU-a"))
+    return Comparison(name, verdict, b, b, change=change)
+
+
+# ---- which cases, and the pair -----------------------------------------------------------------------
+def test_the_doubtful_cases_go_largest_slowdown_first_and_at_most_a_quarter_of_the_compared():
+    cs = [_cmp("same", Verdict.SAME, 0.0), _cmp("amb", Verdict.AMBIGUOUS, 0.02), _cmp("clock", Verdict.CLOCK, 0.05),
+          _cmp("slower", Verdict.SLOWER, 0.06), Comparison("new", Verdict.NEW, None, bench_of(_rec("n", 1e-3, "g")))]
+    assert chosen(cs) == (["clock", "amb"], 2)
+    many = [_cmp(f"c{i}", Verdict.AMBIGUOUS, i / 1000) for i in range(60)]
+    names, doubtful = chosen(many)
+    assert doubtful == 60 and len(names) == 15 and names[0] == "c59"  # a quarter of 60
+    assert len(chosen(many[:20])[0]) == AT_LEAST
+
+
+def test_the_pair_is_the_first_record_with_both_medians_as_repeats_of_their_gpus():
+    first = _rec("t", 1.00e-3, "GPU-a")
+    again = dataclasses.replace(_rec("t", 1.02e-3, "GPU-a"), peers=None)
+    pair, why = combined(first, again)
+    assert why == "" and pair is not None
+    assert pair.timing.repeats_s == (1.00e-3, 1.02e-3) and pair.timing.repeats_gpu == ("GPU-a", "GPU-a")
+    assert pair.timing.samples_s == first.timing.samples_s  # the figures stay the first run's
+    assert bench_of(pair).median_s == pytest.approx(1.01e-3)  # the gate reads the centre
+
+
+def test_a_second_run_by_another_timer_or_far_off_is_no_repeat_and_says_why():
+    first = _rec("t", 1e-3, "GPU-a")
+    other = dataclasses.replace(first, timing=dataclasses.replace(first.timing, timer="cuda-event"))
+    assert combined(first, other)[0] is None and "measured again by cuda-event" in combined(first, other)[1]
+    far = _rec("t", 4e-3, "GPU-a")
+    assert combined(first, far)[0] is None and "too far apart" in combined(first, far)[1]
+
+
+def test_the_after_line_counts_the_verdicts_of_the_cases_measured_again():
+    cs = [_cmp("a", Verdict.SLOWER, 0.05), _cmp("b", Verdict.SLOWER, 0.05), _cmp("c", Verdict.SAME, 0.0)]
+    assert after_line(["a", "b"], cs) == "second look: on both runs, the 2 case(s) measured again read 2 SLOWER"
+
+
+# ---- what it buys, simulated ------------------------------------------------------------------------
+def _simulate(shift: float, seed: int, look: bool, cases: int = 150) -> list[str]:
+    """A baseline over three GPUs (two repeats each), one run on a fourth slowed by ``shift``; with ``look`` its
+    doubtful cases measured again on that GPU and gated on both runs."""
+    rng = random.Random(seed)
+    gpus, tau, run = ("GPU-a", "GPU-b", "GPU-c"), 0.002, 0.008
+    stored, first, again = {}, {}, {}
+    for i in range(cases):
+        offsets = {g: rng.gauss(0, tau) for g in (*gpus, "GPU-new")}
+        stored[f"c{i}"] = {g: [1e-3 * math.exp(offsets[g] + rng.gauss(0, run)) for _ in range(2)] for g in gpus}
+        first[f"c{i}"], again[f"c{i}"] = ((1e-3 * math.exp(offsets["GPU-new"] + rng.gauss(0, run)) * (1 + shift),
+                                           "GPU-new") for _ in range(2))
+    base, one = benches(_baseline(stored)), _run(first)
+    verdicts = compare(base, benches(one), Thresholds(), Noise.of(base, benches(one)))
+    if not look:
+        return [c.verdict for c in verdicts]
+    names = set(chosen(verdicts)[0])
+    seconds = {b["name"]: Record.from_json(b["extra_info"]) for b in _run(again)["benchmarks"]}
+    for b in one["benchmarks"]:
+        if b["name"] in names:
+            pair = combined(Record.from_json(b["extra_info"]), seconds[b["name"]])[0]
+            assert pair is not None
+            b["extra_info"] = pair.to_json()
+    cur = benches(one)
+    return [c.verdict for c in compare(base, cur, Thresholds(), Noise.of(base, cur))]
+
+
+def test_a_second_look_at_the_doubtful_cases_catches_5_percent_where_one_run_cannot_and_stays_clean():
+    # measured: replayed on stored H200 pairs outside the baseline, one run read 191-197 of 206 SLOWER at 5 %, its
+    # doubtful cases gated on both runs 197-200; clean runs 0 SLOWER, 0 FASTER (docs/gpu-validation.md)
+    one, looked = _simulate(0.05, 1, look=False), _simulate(0.05, 1, look=True)
+    assert looked.count("SLOWER") >= 0.95 * len(looked) > one.count("SLOWER") + 0.02 * len(looked)
+    for seed in range(3):
+        clean = _simulate(0.0, seed, look=True)
+        assert clean.count("SLOWER") + clean.count("FASTER") == 0
+
+
+# ---- the run's side, the fresh process faked --------------------------------------------------------
+class FakeChild:
+    def __init__(self, code: int = 0, hangs: bool = False) -> None:
+        self.code, self.hangs, self.killed = code, hangs, False
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.hangs and not self.killed:
+            raise subprocess.TimeoutExpired("pytest", timeout or 0)
+        return -9 if self.killed else self.code
+
+    def kill(self) -> None:
+        self.killed = True
+
+
+def _fake(monkeypatch, factor: float, code: int = 0, hangs: bool = False, lines: str = "") -> list[dict]:
+    """RUN_CHILD replaced: each child "measures" its cases at ``factor`` x their first median; returns the calls."""
+    calls: list[dict] = []
+
+    def run(command, env, cwd, log):
+        request = json.loads(Path(env[second_look.ENV]).read_text())
+        calls.append({"command": command, "env": env, "request": request})
+        log.write(lines.encode())
+        if code == 0 and not hangs:
+            out = [dataclasses.replace(_rec(n, FIRSTS[n] * factor, env.get("CUDA_VISIBLE_DEVICES", "")),
+                                       test=n).to_json() for n in request["pins"]]
+            Path(request["out"]).write_text(json.dumps({"records": out}))
+        return FakeChild(code, hangs)
+
+    monkeypatch.setattr(second_look, "RUN_CHILD", run)
+    monkeypatch.setattr(second_look, "TIMEOUT_START_S", 0.01)
+    return calls
+
+
+FIRSTS = {"t1": 1e-3, "t2": 2e-3, "t3": 3e-3}
+
+
+class Config:
+    class invocation_params:
+        args = ("suites/", "-n", "2", "--attn-baseline=b.json")
+        dir = "."
+
+
+def _firsts() -> list[Record]:
+    return [dataclasses.replace(_rec(n, s, "GPU-b" if n == "t3" else "GPU-a"), test=n) for n, s in FIRSTS.items()]
+
+
+def test_each_gpu_s_cases_go_to_a_child_on_that_gpu_with_their_pins_and_come_back(monkeypatch):
+    calls = _fake(monkeypatch, 1.01)
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", "/tmp/summary.md")
+    again, problems = second_look.look_again(Config, _firsts())  # type: ignore[arg-type]
+    assert problems == [] and sorted(again) == ["t1", "t2", "t3"]
+    assert again["t3"].median_s == pytest.approx(3.03e-3)
+    by_gpu = {c["env"]["CUDA_VISIBLE_DEVICES"]: sorted(c["request"]["pins"]) for c in calls}
+    assert by_gpu == {"GPU-a": ["t1", "t2"], "GPU-b": ["t3"]}
+    pin = record("fa4", 1e-3).timing.pin
+    assert calls[0]["request"]["pins"]["t1"] == [pin.timer, pin.calls_per_sample, pin.input_sets]
+    assert calls[0]["command"][1:] == ["-m", "pytest", "suites/", "-n", "2", "--attn-baseline=b.json"]
+    assert all("GITHUB_STEP_SUMMARY" not in c["env"] for c in calls)  # the job summary is the run's alone
+
+
+def test_a_child_that_fails_or_hangs_costs_nothing_but_itself_and_is_named_with_its_last_lines(monkeypatch):
+    _fake(monkeypatch, 1.0, code=4, lines="one\nERROR: file or directory not found: suites/\n")
+    again, problems = second_look.look_again(Config, _firsts()[:1])  # type: ignore[arg-type]
+    assert again == {} and problems[0] == "the fresh process on GPU-a ended badly (exit 4); its last lines:"
+    assert problems[-1] == "  ERROR: file or directory not found: suites/"
+    _fake(monkeypatch, 1.0, hangs=True)
+    again, problems = second_look.look_again(Config, _firsts()[:1])  # type: ignore[arg-type]
+    assert again == {} and "ended badly (exit stopped after" in problems[0]
+
+
+def test_a_cpu_child_keeps_the_device_the_run_has():
+    env = second_look.child_env(Path("r.json"), "")
+    assert "CUDA_VISIBLE_DEVICES" not in env or env["CUDA_VISIBLE_DEVICES"] == __import__("os").environ.get(
+        "CUDA_VISIBLE_DEVICES")
+    assert env[second_look.ENV] == "r.json" and second_look.child_env(Path("r"), "GPU-x")[
+        "CUDA_VISIBLE_DEVICES"] == "GPU-x"
+
+
+# ---- the child, a real pytest process ------------------------------------------------------------------
+SUITE = '''
+from pytest_attn.plugin import attn_cases
+
+
+def pytest_generate_tests(metafunc):
+    if "case" in metafunc.fixturenames:
+        cases = attn_cases(metafunc.config, "prefill")
+        metafunc.parametrize("case", cases, ids=[c.id for c in cases])
+
+
+def test_attn(attn_bench, case):
+    attn_bench(case)
+'''
+
+
+def test_the_child_measures_only_its_cases_and_writes_nothing_but_its_records(pytester, tmp_path):
+    pytest.importorskip("torch")
+    pytester.makepyfile(test_suite=SUITE)
+    args = ["-p", "pytest_attn.plugin", "-p", "no:cacheprovider", "--attn-profile=cpu", "--attn-backends=sdpa-math",
+            "--attn-dtypes=fp32", "--attn-directions=fwd", "--attn-max-time=0.02", "--benchmark-json=run.json",
+            "--attn-report=rep", "--junitxml=j.xml", "--attn-save-baseline", "--attn-baselines-dir=b", "-q"]
+    listed = subprocess.run([sys.executable, "-m", "pytest", *args[:10], "--collect-only", "-q"], cwd=pytester.path,
+                            capture_output=True, text=True).stdout
+    ids = [line for line in listed.splitlines() if "::test_attn[" in line][:2]
+    assert len(ids) == 2, listed
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"pins": {ids[0]: ["cpu", 1, 1], ids[1]: ["cpu", 2, 1]},
+                                   "out": str(tmp_path / "records.json")}))
+    env = second_look.child_env(request, "")
+    done = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=pytester.path, env=env, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    records = [Record.from_json(r) for r in json.loads((tmp_path / "records.json").read_text())["records"]]
+    assert sorted(r.name for r in records) == sorted(ids)
+    left = sorted(str(p.relative_to(pytester.path)) for p in pytester.path.rglob("*") if p.is_file())
+    assert left == ["test_suite.py"], left  # no JSON, saved run, report, junit file, baseline or journal
