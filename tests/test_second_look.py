@@ -12,6 +12,7 @@ import random
 import subprocess
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from factories import record
@@ -94,7 +95,7 @@ def _simulate(shift: float, seed: int, look: bool, cases: int = 150) -> list[str
 def test_a_second_look_at_the_doubtful_cases_catches_5_percent_where_one_run_cannot_and_stays_clean():
     # measured: replayed on stored H200 pairs outside the baseline, one run read 191-197 of 206 SLOWER at 5 %, its
     # doubtful cases gated on both runs 197-200; clean runs 0 SLOWER, 0 FASTER (docs/gpu-validation.md)
-    one, looked = _simulate(0.05, 1, look=False), _simulate(0.05, 1, look=True)
+    one, looked = _simulate(0.05, 1, look=False), _simulate(0.05, 1, look=True)  # 139 and 145 of 150
     assert looked.count("SLOWER") >= 0.95 * len(looked) > one.count("SLOWER") + 0.02 * len(looked)
     for seed in range(3):
         clean = _simulate(0.0, seed, look=True)
@@ -131,6 +132,7 @@ def _fake(monkeypatch, factor: float, code: int = 0, hangs: bool = False, lines:
 
     monkeypatch.setattr(second_look, "RUN_CHILD", run)
     monkeypatch.setattr(second_look, "TIMEOUT_START_S", 0.01)
+    monkeypatch.setattr(second_look, "TIMEOUT_FACTOR", 0.0)
     return calls
 
 
@@ -138,6 +140,8 @@ FIRSTS = {"t1": 1e-3, "t2": 2e-3, "t3": 3e-3}
 
 
 class Config:
+    stash: ClassVar[dict] = {}
+
     class invocation_params:
         args = ("suites/", "-n", "2", "--attn-baseline=b.json")
         dir = "."
@@ -168,7 +172,19 @@ def test_a_child_that_fails_or_hangs_costs_nothing_but_itself_and_is_named_with_
     assert problems[-1] == "  ERROR: file or directory not found: suites/"
     _fake(monkeypatch, 1.0, hangs=True)
     again, problems = second_look.look_again(Config, _firsts()[:1])  # type: ignore[arg-type]
-    assert again == {} and "ended badly (exit stopped after" in problems[0]
+    assert again == {} and "ended badly (stopped after" in problems[0]
+
+
+def test_a_ctrl_c_during_the_session_s_end_stops_the_children_and_the_cases_keep_one_run(monkeypatch):
+    from pytest_attn.plugin.signals import SIGNAL_GUARD, SignalsAsInterrupt
+
+    _fake(monkeypatch, 1.0, hangs=True)
+    monkeypatch.setattr(second_look, "TIMEOUT_START_S", 3600.0)
+    guard = SignalsAsInterrupt()
+    guard.during_end.append("Ctrl-C")
+    monkeypatch.setattr(Config, "stash", {SIGNAL_GUARD: guard})
+    again, problems = second_look.look_again(Config, _firsts()[:1])  # type: ignore[arg-type]
+    assert again == {} and problems[0] == "the fresh process on GPU-a ended badly (stopped by Ctrl-C); its last lines:"
 
 
 def test_a_cpu_child_keeps_the_device_the_run_has():
@@ -195,6 +211,7 @@ def test_attn(attn_bench, case):
 '''
 
 
+@pytest.mark.e2e  # it starts pytest in subprocesses
 def test_the_child_measures_only_its_cases_and_writes_nothing_but_its_records(pytester, tmp_path):
     pytest.importorskip("torch")
     pytester.makepyfile(test_suite=SUITE)

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,17 +31,19 @@ import pytest
 from ..core.files import write_atomic
 from ..core.record import Record, TimerPin
 from ..verdicts.decision import by_device, gate
-from ..verdicts.in_doubt import chosen, combined
+from ..verdicts.in_doubt import AT_LEAST, chosen, combined
 from .gate import SECOND_LOOKED, TIMER_PINS, baseline_for, cut_short
 from .gate_inputs import selection_of
 from .options import NO_LOCK
 from .session import ATTN_SESSION, CPU_THREADS, GATE_LINES, AttnSession, terminal_say
+from .signals import SIGNAL_GUARD
 from .workers import is_worker
 
 ENV = "PYTEST_ATTN_SECOND_LOOK"  # the child's request: a JSON file (the cases, their pins, where to write)
 #: A child gets this many times its cases' first time, plus a start-up allowance, before it is stopped.
 TIMEOUT_FACTOR, TIMEOUT_START_S = 4.0, 300.0
 LAST_LINES = 8
+POLL_S = 1.0  # how often a wait for the children looks for a Ctrl-C or SIGTERM
 #: What a child never does, whatever the command line, addopts or PYTEST_ADDOPTS say: (option dest, value).
 CHILD_OFF: tuple[tuple[str, Any], ...] = (
     ("benchmark_json", None), ("benchmark_save", None), ("benchmark_autosave", False), ("benchmark_histogram", None),
@@ -128,17 +131,19 @@ def second_look_session(session: pytest.Session) -> None:
             " process on the GPU that measured each")
         start = time.monotonic()
         again, problems = look_again(config, firsts)
-        kept = []
-        for first in firsts:
-            pair, why = combined(first, again[first.name]) if first.name in again else (None, "")
+        kept, unmeasured = [], [f.name for f in firsts if f.name not in again]
+        for first in (f for f in firsts if f.name in again):
+            pair, why = combined(first, again[first.name])
             if pair is not None:
                 attn.results.update(pair)
                 kept.append(first.name)
-            elif why:
+            else:
                 problems.append(f"{why}: gated on its one run")
+        if unmeasured and not problems:  # skipped or failed there: its own lines said why
+            problems.append(f"not measured again, gated on their one run: {', '.join(unmeasured)}")
         looked.extend(kept)
-        more = f" ({doubtful - len(names)} more in doubt: at most a quarter of the cases is measured again)" \
-            if doubtful > len(names) else ""
+        more = f" ({doubtful - len(names)} more in doubt: a second look takes at most {len(names)}, the larger of"\
+            f" {AT_LEAST} and a quarter of the cases compared)" if doubtful > len(names) else ""
         lines.append(f"second look: {len(kept)} of {len(firsts)} case(s) the gate would leave AMBIGUOUS or CLOCK"
                      f" measured again in a fresh process ({time.monotonic() - start:.1f} s){more}; each is gated on"
                      " both runs (--attn-second-look=off: on one)")
@@ -165,6 +170,11 @@ def child_env(request: Path, gpu: str) -> dict[str, str]:
 def look_again(config: pytest.Config, firsts: Sequence[Record]) -> tuple[dict[str, Record], list[str]]:
     """``firsts`` measured again: a child per GPU, all at once. Returns the records they wrote, by name, and what
     went wrong (a child that failed or overran: its last lines)."""
+    guard = config.stash.get(SIGNAL_GUARD, None)
+
+    def stopped() -> str:
+        return f"stopped by {guard.during_end[0]}" if guard is not None and guard.during_end else ""
+
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.empty_cache()  # the child needs the memory this process's allocator keeps
@@ -181,32 +191,46 @@ def look_again(config: pytest.Config, firsts: Sequence[Record]) -> tuple[dict[st
             child = RUN_CHILD(child_command(config), child_env(_request(folder, records), gpu),
                               config.invocation_params.dir, log)
             runs.append((gpu, folder, child, log, budget))
-        return _collect(runs)
+        return _collect(runs, stopped)
 
 
-def _collect(runs: list[tuple[str, Path, Any, Any, float]]) -> tuple[dict[str, Record], list[str]]:
+def _collect(runs: list[tuple[str, Path, Any, Any, float]], stopped: Callable[[], str]
+             ) -> tuple[dict[str, Record], list[str]]:
+    """Wait for the children (polled: a Ctrl-C or SIGTERM during the session's end stops them, and the cases keep
+    their one run), then read what each wrote."""
     again: dict[str, Record] = {}
     problems: list[str] = []
     start = time.monotonic()
     for gpu, folder, child, log, budget in runs:
-        try:
-            code = child.wait(timeout=max(1.0, budget - (time.monotonic() - start)))
-        except subprocess.TimeoutExpired:
-            child.kill()
-            code = f"stopped after {budget:.0f} s"
-            child.wait()
+        ended: str | None = None
+        while ended is None:
+            try:
+                ended = f"exit {child.wait(timeout=POLL_S)}"
+            except subprocess.TimeoutExpired:
+                why = stopped() or (f"stopped after {budget:.0f} s" if time.monotonic() - start > budget else "")
+                if why:
+                    _stop(child)
+                    child.wait()
+                    ended = why
         log.close()
         out = folder / "records.json"
         if out.is_file():
             for info in json.loads(out.read_text())["records"]:
                 record = Record.from_json(info)
                 again[record.name] = record
-        if code != 0 or not out.is_file():
+        if ended != "exit 0" or not out.is_file():
             tail = (folder / "log.txt").read_text(errors="replace").strip().splitlines()[-LAST_LINES:]
-            problems.append(f"the fresh process{' on ' + gpu if gpu else ''} ended badly (exit {code}); its last"
-                            " lines:")
+            problems.append(f"the fresh process{' on ' + gpu if gpu else ''} ended badly ({ended}); its last lines:")
             problems += [f"  {line}" for line in tail]
     return again, problems
+
+
+def _stop(child: Any) -> None:
+    """The child and whatever it started (a kernel library's compiler): its own process group."""
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except (AttributeError, OSError):
+        child.kill()
 
 
 def child_command(config: pytest.Config) -> list[str]:
@@ -216,7 +240,7 @@ def child_command(config: pytest.Config) -> list[str]:
 
 def _popen(command: list[str], env: dict[str, str], cwd: Path, log: Any) -> subprocess.Popen[bytes]:
     return subprocess.Popen(command, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL)
+                            stdin=subprocess.DEVNULL, start_new_session=True)
 
 
 #: How a child is started (tests replace it; it returns an object with ``wait(timeout)`` and ``kill()``).
