@@ -11,7 +11,8 @@ so this wrapper, ``tryfirst``, runs around it):
 3. :func:`.gate.gate_session` -- the baseline saved or the run gated, and the reports, from the records alone
    (a failed save of pytest-benchmark's cannot cost them); then :func:`.workers.write_empty_shard` -- a shard that
    measured nothing still writes its ``--benchmark-json`` (pytest-benchmark writes none without a benchmark); and
-   :func:`.second_look.hand_back` -- a second look's child writes its records for the run that started it.
+   :func:`.second_look.hand_back` -- a second look's child writes its records for the run that started it (a
+   pytest-xdist worker frees its GPU memory for such a child).
 
 A step that fails is said (:func:`.history.end_step_failed`, its traceback among the history's lines, exit status 3)
 and the steps after it run: a baseline that cannot be saved, or a report, never costs pytest-benchmark's JSON.

@@ -91,8 +91,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def hand_back(session: pytest.Session) -> None:
-    """A child hands its records back, every case it measured (:mod:`.finish`)."""
+    """A child hands its records back, every case it measured (:mod:`.finish`); a pytest-xdist worker gives back the
+    GPU memory its allocator keeps, which the controller's second look may need on this GPU while the worker waits
+    to be shut down."""
     attn = session.config.stash.get(ATTN_SESSION, None)
+    if is_worker(session.config):
+        _free_gpu_memory()
     if is_child() and attn is not None:
         out = Path(json.loads(Path(os.environ[ENV]).read_text())["out"])
         write_atomic(out, json.dumps({"records": [r.to_json() for r in attn.results.records]}))
@@ -175,9 +179,7 @@ def look_again(config: pytest.Config, firsts: Sequence[Record]) -> tuple[dict[st
     def stopped() -> str:
         return f"stopped by {guard.during_end[0]}" if guard is not None and guard.during_end else ""
 
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.empty_cache()  # the child needs the memory this process's allocator keeps
+    _free_gpu_memory()  # the child needs the memory this process's allocator keeps
     by_gpu: dict[str, list[Record]] = {}
     for r in firsts:
         by_gpu.setdefault(r.device.uuid or "", []).append(r)
@@ -231,6 +233,12 @@ def _stop(child: Any) -> None:
         os.killpg(child.pid, signal.SIGKILL)
     except (AttributeError, OSError):
         child.kill()
+
+
+def _free_gpu_memory() -> None:
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 def child_command(config: pytest.Config) -> list[str]:
