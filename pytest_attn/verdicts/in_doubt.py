@@ -5,9 +5,10 @@ process.
 
 Why: on H200s outside the baseline a 5 % slowdown read SLOWER on 191-197 of the committed selection's 206 cases in one
 run, the rest AMBIGUOUS or CLOCK. Replayed on the stored pairs of those runs (each run's doubtful cases gated on it and
-its rerun), 197-200 read SLOWER, and four clean runs stayed at 0 SLOWER, 0 FASTER
-(docs/gpu-validation.md#the-stored-baseline-gate). A fresh process, not this one again: each of the baseline's repeats
-is a process of its own, and the run-to-run noise the gate uses is the spread between them.
+its rerun), 197-200 read SLOWER, and four clean runs stayed at 0 SLOWER, 0 FASTER; then run so on another H200: 201 and
+199 (the first looks alone: 196 and 192), and twice 0, 0 (docs/gpu-validation.md#the-stored-baseline-gate). A fresh
+process, not this one again: each of the baseline's repeats is a process of its own, and the run-to-run noise the gate
+uses is the spread between them.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ AT_LEAST = 8
 
 
 def chosen(comparisons: Sequence[Comparison]) -> tuple[list[str], int]:
-    """The names of the doubtful cases to measure again, the largest slowdown first, at most :data:`SHARE` of the
-    compared cases; and how many were in doubt."""
+    """The names of the doubtful cases to measure again, the largest slowdown first, at most :data:`AT_LEAST` or
+    :data:`SHARE` of the compared cases, whichever is more; and how many were in doubt."""
     compared = [c for c in comparisons if c.baseline is not None and c.current is not None and c.change is not None]
     doubtful = sorted((c for c in compared if c.verdict in DOUBTFUL), key=lambda c: -(c.change or 0.0))
     limit = max(AT_LEAST, math.ceil(SHARE * len(compared)))
