@@ -514,13 +514,14 @@ def test_a_second_look_gates_the_doubtful_cases_on_both_runs_and_the_json_keeps_
 
     monkeypatch.setattr(second_look, "look_again", again)
     assert run("--attn-inject-slowdown=5%").ret == pytest.ExitCode.OK and asked == []  # auto: on a GPU only
-    looked = run("--attn-inject-slowdown=5%", "--attn-second-look=on", "--benchmark-json=run.json")
+    looked = run("--attn-inject-slowdown=5%", "--attn-second-look=on", "--benchmark-json=run.json", "--attn-report=rep")
     assert len(asked) == 1 and len(asked[0]) == count and looked.ret == pytest.ExitCode.TESTS_FAILED
     # the pairs measured how far a run repeats (1 %), where one run had only the assumed 5 % to go by
     looked.stdout.fnmatch_lines([f"second look: {count} of {count} case(s) the gate would leave AMBIGUOUS or CLOCK"
                                  " measured again in a fresh process*",
                                  f"*: {count} SLOWER", "*between-run noise measured from repeats*",
                                  f"second look: on both runs, the {count} case(s) measured again read {count} SLOWER"])
+    assert f"second look: on both runs, the {count} case(s)" in (pytester.path / "rep" / "summary.md").read_text()
     saved = json.loads((pytester.path / "run.json").read_text())["benchmarks"]
     pairs = [b["extra_info"]["timing"]["repeats_s"] for b in saved if b["extra_info"]["timing"].get("repeats_s")]
     assert len(pairs) == len(asked[0]) and all(p[1] == pytest.approx(p[0] * 1.01) for p in pairs)

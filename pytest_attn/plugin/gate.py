@@ -302,8 +302,9 @@ def _gate_one(config: pytest.Config, attn: AttnSession, fp: Fingerprint, records
                    selection=selection_of(config, attn))
     lines += outcome.lines
     looked = config.stash.get(SECOND_LOOKED, None)
-    if looked:
+    if looked:  # said in the terminal and in summary.md (the pull request's comment) alike
         lines.append(after_line(looked, outcome.comparisons))
+        outcome.notes.append(lines[-1])
     if not _reports(attn, records, outcome, name, lines):
         return "error"
     return outcome.status
