@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from factories import record
+from factories import attention_suite, record
 from test_reruns import _baseline, _rec, _run
 
 from pytest_attn.core.record import Record
@@ -196,25 +196,12 @@ def test_a_cpu_child_keeps_the_device_the_run_has():
 
 
 # ---- the child, a real pytest process ------------------------------------------------------------------
-SUITE = '''
-from pytest_attn.plugin import attn_cases
-
-
-def pytest_generate_tests(metafunc):
-    if "case" in metafunc.fixturenames:
-        cases = attn_cases(metafunc.config, "prefill")
-        metafunc.parametrize("case", cases, ids=[c.id for c in cases])
-
-
-def test_attn(attn_bench, case):
-    attn_bench(case)
-'''
 
 
 @pytest.mark.e2e  # it starts pytest in subprocesses
 def test_the_child_measures_only_its_cases_and_writes_nothing_but_its_records(pytester, tmp_path):
     pytest.importorskip("torch")
-    pytester.makepyfile(test_suite=SUITE)
+    pytester.makepyfile(test_suite=attention_suite("prefill"))
     args = ["-p", "pytest_attn.plugin", "-p", "no:cacheprovider", "--attn-profile=cpu", "--attn-backends=sdpa-math",
             "--attn-dtypes=fp32", "--attn-directions=fwd", "--attn-max-time=0.02", "--benchmark-json=run.json",
             "--attn-report=rep", "--junitxml=j.xml", "--attn-save-baseline", "--attn-baselines-dir=b", "-q"]
