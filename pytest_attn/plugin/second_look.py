@@ -44,6 +44,7 @@ ENV = "PYTEST_ATTN_SECOND_LOOK"  # the child's request: a JSON file (the cases, 
 TIMEOUT_FACTOR, TIMEOUT_START_S = 4.0, 300.0
 LAST_LINES = 8
 POLL_S = 1.0  # how often a wait for the children looks for a Ctrl-C or SIGTERM
+CHILD_OUT = pytest.StashKey[Path]()  # a child: where it writes its records
 #: What a child never does, whatever the command line, addopts or PYTEST_ADDOPTS say: (option dest, value).
 CHILD_OFF: tuple[tuple[str, Any], ...] = (
     ("benchmark_json", None), ("benchmark_save", None), ("benchmark_autosave", False), ("benchmark_histogram", None),
@@ -73,8 +74,9 @@ def pytest_configure(config: pytest.Config) -> None:
     :func:`.session.prepare_attention_run`), read by pytest-benchmark after this."""
     if is_child():
         config.option.benchmark_autosave = False
-        request = json.loads(Path(os.environ[ENV]).read_text())
+        request = json.loads(Path(os.environ[ENV]).read_text())  # read once: the cases and where their records go
         config.stash[TIMER_PINS] = {name: TimerPin(*pin) for name, pin in request["pins"].items()}
+        config.stash[CHILD_OUT] = Path(request["out"])
 
 
 @pytest.hookimpl(trylast=True)
@@ -82,7 +84,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """A child keeps only the cases it was asked for."""
     if not is_child():
         return
-    wanted = set(json.loads(Path(os.environ[ENV]).read_text())["pins"])
+    wanted = config.stash[TIMER_PINS].keys()
     kept = [item for item in items if item.nodeid.rsplit("@", 1)[0] in wanted]
     dropped = [item for item in items if item.nodeid.rsplit("@", 1)[0] not in wanted]
     if dropped:
@@ -98,8 +100,8 @@ def hand_back(session: pytest.Session) -> None:
     if is_worker(session.config):
         _free_gpu_memory()
     if is_child() and attn is not None:
-        out = Path(json.loads(Path(os.environ[ENV]).read_text())["out"])
-        write_atomic(out, json.dumps({"records": [r.to_json() for r in attn.results.records]}))
+        records = [r.to_json() for r in attn.results.records]
+        write_atomic(session.config.stash[CHILD_OUT], json.dumps({"records": records}))
 
 
 # ---- the run ----------------------------------------------------------------------------------------------------
@@ -126,10 +128,11 @@ def second_look_session(session: pytest.Session) -> None:
             continue
         outcome = gate(records, base, name, fp, attn.gate.thresholds, attn.gate.fail_on,
                        selection=selection_of(config, attn))
-        names, doubtful = chosen(outcome.comparisons)
+        chosen_names, doubtful = chosen(outcome.comparisons)
+        names = set(chosen_names)
         if not names:
             continue
-        firsts = [r for r in records if r.name in set(names)]
+        firsts = [r for r in records if r.name in names]
         say = terminal_say(config)
         say(f"second look: measuring {len(firsts)} case(s) the gate would leave AMBIGUOUS or CLOCK again, in a fresh"
             " process on the GPU that measured each")
