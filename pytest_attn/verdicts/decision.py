@@ -33,6 +33,10 @@ from .rule import (
 from .runs import Bench, benches, by_name, partial_note
 from .selection import Selection, counted_files, shared_files, split_missing, what_differs
 
+#: A case its baseline measured on fewer GPUs is compared with a rough centre: on another GPU the between-GPU part
+#: of its noise is tau x sqrt(1 + 1/G) (verdicts/fleet.py), which a third GPU and more narrow by 13 % at most.
+FEW_GPUS = 3
+
 
 @dataclass
 class Outcome:
@@ -84,7 +88,8 @@ def own_gpu_note(comparisons: Sequence[Comparison]) -> list[str]:
 
 def gpu_notes(comparisons: Sequence[Comparison], shown: int = 4) -> list[str]:
     """Which cases the between-GPU noise holds back -- their noise band reaches half the threshold only because
-    of it -- and what would sharpen them: repeats from more GPUs of the model in the baseline."""
+    of it -- and what would sharpen them: this GPU's own repeats in the baseline (its offset then cancels), and
+    for a case its baseline measured on fewer than :data:`FEW_GPUS` GPUs, repeats from more GPUs."""
     held = []
     for c in comparisons:
         if not c.gpu_noise or c.noise is None or c.threshold is None:
@@ -94,16 +99,21 @@ def gpu_notes(comparisons: Sequence[Comparison], shown: int = 4) -> list[str]:
             held.append(c)
     if not held:
         return []
-    sources = {c.gpu_source for c in held}
-    one_gpu = sources == {"allowance"}
-    why = ("their baseline measured each on one GPU, so the allowance for two GPUs stands in" if one_gpu
-           else "their baseline's GPUs disagree on them, or measured them on one GPU")
     named = ", ".join(f"{printable(c.name)} (+-{c.noise:.1%}, {c.gpu_noise / (c.noise or 1):.0%} of it between GPUs)"
                       for c in sorted(held, key=lambda x: -x.gpu_noise)[:shown])
     more = f" and {len(held) - shown} more" if len(held) > shown else ""
-    return [f"{len(held)} case(s) would gate more sharply with more GPUs in their baseline ({why}): {named}{more}."
-            f" Add repeats from other GPUs of the model: --attn-add-to-baseline on each, or pytest-attn baseline"
-            f" add BASELINE RUN.json ... (a noise band is {Z:g} x sigma)"]
+    gpus = {c.name: len({g for g in (c.baseline.repeats_gpu if c.baseline else ()) if g}) for c in held}
+    few = [c for c in held if gpus[c.name] < FEW_GPUS]
+    one = all(gpus[c.name] <= 1 for c in few)
+    fewer = (f"; {len(few)} of them the baseline measured on fewer than {FEW_GPUS} GPUs"
+             f"{' (one: the allowance for two GPUs stands in)' if one else ''}: repeats from more GPUs of the model"
+             " narrow those too" if few else "")
+    return [f"{len(held)} case(s) held back by how much GPUs of the model differ on them (their noise band reaches half"
+            f" the threshold only with the between-GPU part): {named}{more}. The own repeats of the GPU that ran a case"
+            " take that part away: add two clean runs of each GPU to the baseline (--attn-add-to-baseline on each, or"
+            f" pytest-attn baseline add BASELINE RUN.json ...), then a case is gated against its GPU's repeats, its"
+            f" offset cancelled{fewer}"
+            f" (a noise band is {Z:g} x sigma)"]
 
 
 def gate(records: Sequence[Record], base: dict[str, Any], name: str, fp: Fingerprint, thresholds: Thresholds,
