@@ -19,38 +19,13 @@ import pytest
 
 pytest.importorskip("torch")
 
-from fake_clock_runs import STEADY_CONFTEST, on_the_fake_clock
+from fake_clock_runs import STEADY_CONFTEST, on_the_fake_clock, steady_suite
 
 from pytest_attn.engine import probe
 
 CONFTEST = STEADY_CONFTEST
 
-SUITE = '''
-import os
-
-from pytest_attn.plugin import attn_cases
-
-
-def pytest_generate_tests(metafunc):
-    for name, kind in (("case", "prefill"), ("decode_case", "decode")):
-        if name in metafunc.fixturenames:
-            cases = attn_cases(metafunc.config, kind)
-            metafunc.parametrize(name, cases, ids=[c.id for c in cases])
-
-
-def test_attn(attn_bench, case):
-    attn_bench(case)
-
-
-def test_stop():
-    if os.environ.get("STOP_HERE") == "ctrl-c":
-        raise KeyboardInterrupt
-    assert os.environ.get("STOP_HERE") != "fail"
-
-
-def test_decode(attn_bench, decode_case):
-    attn_bench(decode_case)
-'''
+SUITE = steady_suite()
 
 ARGS = ["-p", "no:cacheprovider", "--attn-profile=cpu", "--attn-backends=steady", "--attn-dtypes=fp32",
         "--attn-directions=fwd", "--attn-max-time=0.05", "--attn-baselines-dir=b"]

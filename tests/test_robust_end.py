@@ -31,58 +31,17 @@ from pytest_attn.verdicts.runs import bench_of
 
 torch = pytest.importorskip("torch")
 
+from fake_clock_runs import steady_conftest, steady_suite  # noqa: E402
+
 from pytest_attn.engine import probe, timers  # noqa: E402
 from pytest_attn.plugin import finish, gate  # noqa: E402
 from pytest_attn.plugin.history import XdistTally  # noqa: E402
 
-CONFTEST = '''
+HOOKS = '''
 import os
 import signal
 
 import pytest
-import torch.nn.functional as F
-
-from pytest_attn.engine import timers
-
-
-class Steady:
-    """SDPA math, timed on the (fake) CPU clock: 1 ms per call."""
-
-    name = "steady"
-    description = "SDPA math on a fake clock"
-    layout = "bhsd"
-    needs_cuda = False
-    has_backward = False
-    default_enabled = False
-    empty_rows = "any"
-
-    def available(self):
-        return None
-
-    def supports(self, case, device):
-        if case.dtype != "fp32" or case.ragged or case.mask.kind not in ("none", "causal"):
-            return "fp32, dense, no mask or causal only"
-        if case.mask.kind == "causal" and case.seqlens_q != case.seqlens_k and max(case.seqlens_q) > 1:
-            return "SDPA's is_causal is top-left aligned"
-        return None
-
-    def workspace_bytes(self, case):
-        return 0
-
-    def prepare(self, case, inputs):
-        q, k, v = inputs.q, inputs.k, inputs.v
-        causal = case.mask.kind == "causal" and case.seqlens_q == case.seqlens_k  # one query sees every key
-
-        def forward():
-            timers.CPU_CLOCK.advance(1e-3)
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=case.scale,
-                                                  enable_gqa=case.heads_q != case.heads_kv)
-
-        return forward
-
-
-def pytest_attn_register_backends(registry, config):
-    registry.register(Steady())
 
 
 @pytest.hookimpl(trylast=True)
@@ -95,36 +54,9 @@ def pytest_keyboard_interrupt(excinfo):
     if os.environ.get("CTRL_C_TWICE"):  # the second press of a double Ctrl-C, while pytest handles the first
         signal.raise_signal(signal.SIGINT)
 '''
+CONFTEST = steady_conftest(ms=1.0) + HOOKS
 
-SUITE = '''
-import os
-
-from pytest_attn.plugin import attn_cases
-
-
-def pytest_generate_tests(metafunc):
-    for name, kind in (("case", "prefill"), ("decode_case", "decode")):
-        if name in metafunc.fixturenames:
-            cases = attn_cases(metafunc.config, kind)
-            metafunc.parametrize(name, cases, ids=[c.id for c in cases])
-
-
-def test_attn(attn_bench, case):
-    attn_bench(case)
-
-
-def test_stop():
-    if os.environ.get("STOP_HERE") == "ctrl-c":
-        raise KeyboardInterrupt
-    if os.environ.get("STOP_HERE") == "abort":  # a kernel library's abort(): the process dies at once
-        os.abort()
-    if os.environ.get("STOP_HERE") == "exit":  # a pytest-xdist worker killed
-        os._exit(1)
-
-
-def test_decode(attn_bench, decode_case):
-    attn_bench(decode_case)
-'''
+SUITE = steady_suite()
 
 ARGS = ["-p", "no:cacheprovider", "--attn-profile=cpu", "--attn-backends=steady", "--attn-dtypes=fp32",
         "--attn-directions=fwd", "--attn-max-time=0.2"]
@@ -327,7 +259,7 @@ def test_a_worker_lost_leaves_tests_never_run_and_says_which():
 @pytest.mark.slow  # a pytest-xdist worker: a process of its own
 def test_a_run_that_lost_its_xdist_worker_is_saved_marked_partial(pytester, monkeypatch):
     """Under -n 2 on a CPU, a worker killed with --max-worker-restart=0 saved 4 of 20 cases unmarked."""
-    pytester.makeconftest(CONFTEST.replace("timers.CPU_CLOCK.advance(1e-3)", "pass"))
+    pytester.makeconftest(steady_conftest(ms=None) + HOOKS)  # the worker reads the real clock
     pytester.makepyfile(test_suite=SUITE)
     monkeypatch.setenv("STOP_HERE", "exit")
     args = [a for a in ARGS if not a.startswith("--attn-max-time")]

@@ -1,7 +1,7 @@
 """Runs that used to pass silently without gating anything (issue 55, "the silent greens become loud"): each now
 fails at start-up with the fix, gates, or fails naming what was not compared. End to end on the CPU profile, in
 process, on a fake clock (as tests/test_gate_e2e.py): a back end ``steady`` whose calls advance the clock by a
-steady 1 ms, and its twin ``other``, whose library can be made to fail its import (``OTHER_BROKEN``)."""
+steady 1 ms or so, and its twin ``other``, whose library can be made to fail its import (``OTHER_BROKEN``)."""
 
 from __future__ import annotations
 
@@ -11,82 +11,13 @@ import pytest
 
 pytest.importorskip("torch")
 
-from fake_clock_runs import on_the_fake_clock
+from fake_clock_runs import on_the_fake_clock, steady_conftest, steady_suite
 
 from pytest_attn.engine import probe
 
-CONFTEST = '''
-import os
-import random
+CONFTEST = steady_conftest(ms=1.0, twin="OTHER_BROKEN")
 
-import torch.nn.functional as F
-
-from pytest_attn.engine import timers
-
-
-class Steady:
-    """SDPA math, timed on the fake clock: 1 ms per call and a little, +-0.2 %."""
-
-    description = "SDPA math on a fake clock"
-    layout = "bhsd"
-    needs_cuda = False
-    has_backward = False
-    default_enabled = False
-    empty_rows = "any"
-
-    def __init__(self, name, broken=""):
-        self.name, self.broken = name, broken
-
-    def available(self):
-        return os.environ.get(self.broken) if self.broken else None
-
-    def supports(self, case, device):
-        if case.dtype != "fp32" or case.ragged or case.mask.kind not in ("none", "causal"):
-            return "fp32, dense, no mask or causal only"
-        if case.mask.kind == "causal" and case.seqlens_q != case.seqlens_k and max(case.seqlens_q) > 1:
-            return "SDPA's is_causal is top-left aligned"
-        return None
-
-    def workspace_bytes(self, case):
-        return 0
-
-    def prepare(self, case, inputs):
-        rng = random.Random(case.id)
-        q, k, v = inputs.q, inputs.k, inputs.v
-        causal = case.mask.kind == "causal" and case.seqlens_q == case.seqlens_k
-        base = 1e-3 * (1 + case.total_q / 1000) * float(os.environ.get("TIMES_SLOWER", "1"))
-
-        def forward():
-            timers.CPU_CLOCK.advance(base * (1 + rng.gauss(0, 0.002)))
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=case.scale,
-                                                  enable_gqa=case.heads_q != case.heads_kv)
-
-        return forward
-
-
-def pytest_attn_register_backends(registry, config):
-    registry.register(Steady("steady"))
-    registry.register(Steady("other", broken="OTHER_BROKEN"))
-'''
-
-SUITE = '''
-from pytest_attn.plugin import attn_cases
-
-
-def pytest_generate_tests(metafunc):
-    for name, kind in (("case", "prefill"), ("decode_case", "decode")):
-        if name in metafunc.fixturenames:
-            cases = attn_cases(metafunc.config, kind)
-            metafunc.parametrize(name, cases, ids=[c.id for c in cases])
-
-
-def test_attn(attn_bench, case):
-    attn_bench(case)
-
-
-def test_decode(attn_bench, decode_case):
-    attn_bench(decode_case)
-'''
+SUITE = steady_suite(stop=False)
 
 #: The stored baseline is found as a user's is: baselines/<device-key>/baseline.json under the rootdir (no
 #: --attn-baselines-dir, which asks for a gate by name).
