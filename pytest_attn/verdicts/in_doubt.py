@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from ..core.record import Record
 from ..core.stats import OUTLIER_FACTOR, times_off
+from .render import verdict_counts
 from .rule import Comparison
 from .verdict import Verdict
 
@@ -58,11 +59,8 @@ def combined(first: Record, again: Record) -> tuple[Record | None, str]:
 
 
 def after_line(names: Sequence[str], comparisons: Sequence[Comparison]) -> str:
-    """What the cases measured again read once gated on both runs: "now 9 SLOWER, 3 SAME, 2 AMBIGUOUS"."""
+    """What the cases measured again read once gated on both runs: "second look: on both runs, the 14 case(s) measured
+    again read 5 SLOWER, 5 CLOCK, 4 AMBIGUOUS" (in the gate's order: the failing kinds first)."""
     again = set(names)
-    counts: dict[str, int] = {}
-    for c in comparisons:
-        if c.name in again:
-            counts[c.verdict.value] = counts.get(c.verdict.value, 0) + 1
-    said = ", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-    return f"second look: on both runs, the {len(again)} case(s) measured again read {said or 'nothing'}"
+    said = verdict_counts((c.verdict.value for c in comparisons if c.name in again), "nothing")
+    return f"second look: on both runs, the {len(again)} case(s) measured again read {said}"
