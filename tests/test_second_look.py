@@ -198,13 +198,37 @@ def test_a_cpu_child_keeps_the_device_the_run_has():
 # ---- the child, a real pytest process ------------------------------------------------------------------
 
 
+#: A stand-in for pytest-reportlog: a plugin that opens the file its option names for writing at configure -- a child
+#: doing so would truncate the file the run is still writing (as pytest's own ``--log-file`` would); and tests that
+#: use ``tmp_path`` (pytest clears ``--basetemp`` when its first test asks for it).
+CONFTEST = """
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def scratch(tmp_path):
+    return tmp_path
+
+
+def pytest_addoption(parser):
+    parser.addoption("--report-log", dest="report_log", default=None)
+
+
+def pytest_configure(config):
+    if config.option.report_log:
+        open(config.option.report_log, "w").close()
+"""
+
+
 @pytest.mark.e2e  # it starts pytest in subprocesses
 def test_the_child_measures_only_its_cases_and_writes_nothing_but_its_records(pytester, tmp_path):
     pytest.importorskip("torch")
     pytester.makepyfile(test_suite=attention_suite("prefill"))
+    pytester.makeconftest(CONFTEST)
     args = ["-p", "pytest_attn.plugin", "-p", "no:cacheprovider", "--attn-profile=cpu", "--attn-backends=sdpa-math",
             "--attn-dtypes=fp32", "--attn-directions=fwd", "--attn-max-time=0.02", "--benchmark-json=run.json",
-            "--attn-report=rep", "--junitxml=j.xml", "--attn-save-baseline", "--attn-baselines-dir=b", "-q"]
+            "--attn-report=rep", "--junitxml=j.xml", "--attn-save-baseline", "--attn-baselines-dir=b", "-q",
+            "--log-file=run.log", "--report-log=events.jsonl", "--basetemp=bt"]
     listed = subprocess.run([sys.executable, "-m", "pytest", *args[:10], "--collect-only", "-q"], cwd=pytester.path,
                             capture_output=True, text=True).stdout
     ids = [line for line in listed.splitlines() if "::test_attn[" in line][:2]
@@ -213,10 +237,13 @@ def test_the_child_measures_only_its_cases_and_writes_nothing_but_its_records(py
     request.write_text(json.dumps({"pins": {ids[0]: ["cpu", 1, 1], ids[1]: ["cpu", 2, 1]},
                                    "out": str(tmp_path / "records.json")}))
     env = second_look.child_env(request, "")
+    (pytester.path / "bt").mkdir()
+    (pytester.path / "bt" / "kept").write_text("the run's own temporary files: pytest clears --basetemp at its start")
     done = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=pytester.path, env=env, capture_output=True,
                           text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     records = [Record.from_json(r) for r in json.loads((tmp_path / "records.json").read_text())["records"]]
     assert sorted(r.name for r in records) == sorted(ids)
     left = sorted(str(p.relative_to(pytester.path)) for p in pytester.path.rglob("*") if p.is_file())
-    assert left == ["test_suite.py"], left  # no JSON, saved run, report, junit file, baseline or journal
+    assert left == ["bt/kept", "conftest.py", "test_suite.py"], left  # no JSON, saved run, report, junit file,
+    # baseline, journal, log file or report log; the run's --basetemp left as it was

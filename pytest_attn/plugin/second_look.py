@@ -9,8 +9,8 @@ pytest process on the GPU that measured them, then gated on both runs (why, and 
   the cases keep their one run, and the gate says so. Not for a run cut short, an A/B, or a run that saves a baseline.
 * **The child** (:data:`ENV` names its request): the run's own command line, collecting only the named cases, each
   timed as its first run was (timer, calls per sample, input sets), without xdist, and writing nothing of its own (no
-  JSON, saved run, report, baseline, journal or job summary; no clock lock, sustained phase or ncu pass) but the
-  records it hands back.
+  JSON, saved run, report, baseline, journal, job summary, log file or other plugins' reports; no clock lock, sustained
+  phase or ncu pass) but the records it hands back.
 """
 
 from __future__ import annotations
@@ -45,10 +45,15 @@ TIMEOUT_FACTOR, TIMEOUT_START_S = 4.0, 300.0
 LAST_LINES = 8
 POLL_S = 1.0  # how often a wait for the children looks for a Ctrl-C or SIGTERM
 CHILD_OUT = pytest.StashKey[Path]()  # a child: where it writes its records
-#: What a child never does, whatever the command line, addopts or PYTEST_ADDOPTS say: (option dest, value).
+#: What a child never does, whatever the command line, addopts or PYTEST_ADDOPTS say: (option dest, value). The files
+#: the run writes are among them: pytest's ``log_file`` (option or ini) and pytest-reportlog's are opened for writing
+#: at configure, so a child's would truncate the run's own while the run writes them (tests/test_second_look.py);
+#: pytest-html's, pytest-json-report's and allure's would get the child's few cases; a ``--basetemp`` would be cleared.
 CHILD_OFF: tuple[tuple[str, Any], ...] = (
     ("benchmark_json", None), ("benchmark_save", None), ("benchmark_autosave", False), ("benchmark_histogram", None),
     ("benchmark_compare", None), ("benchmark_compare_fail", None), ("benchmark_cprofile_dump", None), ("xmlpath", None),
+    ("log_file", os.devnull), ("report_log", None), ("htmlpath", None), ("json_report", False),
+    ("allure_report_dir", None), ("basetemp", None),
     ("attn_report", None), ("attn_save_baseline", False), ("attn_add_to_baseline", False), ("attn_baseline", "off"),
     ("attn_lock_clocks", NO_LOCK), ("attn_trace_dir", None), ("attn_hbm", None), ("attn_sustained", None),
     ("attn_second_look", "off"), ("numprocesses", 0), ("dist", "no"), ("tx", []), ("lf", False), ("failedfirst", False),
