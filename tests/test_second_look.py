@@ -8,18 +8,22 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import random
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import ClassVar
 
 import pytest
-from factories import attention_suite, record
+from factories import CPU, attention_suite, record
 from test_reruns import _baseline, _rec, _run
 
 from pytest_attn.core.record import Record
-from pytest_attn.plugin import second_look
+from pytest_attn.plugin import second_look, standby
+from pytest_attn.plugin.gate import GIVEN_BASELINE
+from pytest_attn.plugin.session import ATTN_SESSION
 from pytest_attn.verdicts.in_doubt import AT_LEAST, after_line, chosen, combined
 from pytest_attn.verdicts.rule import Comparison, Noise, Thresholds, compare
 from pytest_attn.verdicts.runs import bench_of, benches
@@ -195,6 +199,96 @@ def test_a_cpu_child_keeps_the_device_the_run_has():
         "CUDA_VISIBLE_DEVICES"] == "GPU-x"
 
 
+# ---- the child started ahead (pytest_attn.plugin.standby), its process faked ----------------------------------
+class FakeAhead:
+    """A child started ahead: it "starts up" at once, then reads its pipe when waited for -- a path: it measures as
+    ``_fake``'s children do; nothing: it exits measuring nothing."""
+
+    def __init__(self, env: dict, fd: int, factor: float) -> None:
+        self.env, self.fd, self.factor, self.code, self.killed, self.read = env, os.dup(fd), factor, None, False, None
+
+    def poll(self) -> int | None:
+        return self.code
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.code is None:
+            with os.fdopen(self.fd, "rb") as pipe:
+                self.read = pipe.read().decode()
+            if self.read:
+                request = json.loads(Path(self.read).read_text())
+                gpu = self.env["CUDA_VISIBLE_DEVICES"]
+                out = [dataclasses.replace(_rec(n, FIRSTS[n] * self.factor, gpu), test=n).to_json()
+                       for n in request["pins"]]
+                Path(request["out"]).write_text(json.dumps({"records": out}))
+            self.code = 0
+        return self.code
+
+    def kill(self) -> None:
+        self.killed = True
+        self.wait()
+
+
+def _ahead(monkeypatch, factor: float = 1.02) -> list[FakeAhead]:
+    started: list[FakeAhead] = []
+
+    def start(command, env, cwd, log, fd):
+        started.append(FakeAhead(env, fd, factor))
+        return started[-1]
+
+    monkeypatch.setattr(standby, "START", start)
+    return started
+
+
+def _run_with(records: list[Record], baseline: dict | None) -> tuple[SimpleNamespace, SimpleNamespace]:
+    """A run (its config, its session) that may look again, ``baseline`` gating every device."""
+    attn = SimpleNamespace(results=SimpleNamespace(records=[]), libraries={},
+                           gate=SimpleNamespace(baseline="b.json", baselines_dir=Path("b")))
+    config = SimpleNamespace(stash={ATTN_SESSION: attn, GIVEN_BASELINE: baseline},
+                             invocation_params=Config.invocation_params)
+    return config, attn
+
+
+def test_a_child_is_started_ahead_once_per_gpu_at_its_first_record_where_a_baseline_gates_it(monkeypatch):
+    started = _ahead(monkeypatch)
+    config, attn = _run_with([], {"benchmarks": []})
+    ahead = second_look.Ahead(config)  # type: ignore[arg-type]
+    for r in _firsts():  # t1, t2 on GPU-a, t3 on GPU-b
+        attn.results.records.append(r)
+        ahead.pytest_runtest_logreport(None)  # type: ignore[arg-type]
+    ahead.pytest_runtest_logreport(None)  # type: ignore[arg-type]
+    assert [s.env["CUDA_VISIBLE_DEVICES"] for s in started] == ["GPU-a", "GPU-b"]
+    assert all(s.env[second_look.ENV].startswith("fd:") for s in started)
+    assert sorted(standby.started(config)) == ["GPU-a", "GPU-b"]  # type: ignore[arg-type]
+    standby.close_all(config)  # type: ignore[arg-type]
+    assert all(s.killed for s in started) and standby.started(config) == {}  # type: ignore[arg-type]
+    nothing = _ahead(monkeypatch)
+    config, attn = _run_with([], None)  # no baseline for the model: the end will not look, so nothing starts
+    attn.results.records += [_firsts()[0], dataclasses.replace(_firsts()[1], device=CPU)]
+    second_look.Ahead(config).pytest_runtest_logreport(None)  # type: ignore[arg-type]
+    config, attn = _run_with([], {"benchmarks": []})  # a CPU's cases: its start-up would take the timed cases' CPU
+    attn.results.records.append(dataclasses.replace(_firsts()[1], device=CPU))
+    second_look.Ahead(config).pytest_runtest_logreport(None)  # type: ignore[arg-type]
+    assert nothing == []
+
+
+def test_the_end_hands_each_gpu_s_cases_to_its_child_started_ahead_and_closes_the_others(monkeypatch):
+    started = _ahead(monkeypatch)
+    fresh = _fake(monkeypatch, 1.05)
+    config = SimpleNamespace(stash={}, invocation_params=Config.invocation_params)
+    for gpu in ("GPU-a", "GPU-b", "GPU-c"):
+        standby.start(config, gpu, ["pytest"], second_look.child_env("", gpu), second_look.ENV)  # type: ignore[arg-type]
+    folders = [s.folder for s in standby.started(config).values()]  # type: ignore[arg-type]
+    started[1].code = 3  # GPU-b's died starting up: its case goes to a fresh child
+    again, problems = second_look.look_again(config, _firsts())  # type: ignore[arg-type]
+    assert problems == [] and again["t1"].median_s == pytest.approx(1.02e-3)  # GPU-a's, started ahead
+    assert again["t3"].median_s == pytest.approx(3.15e-3)  # GPU-b's, fresh
+    assert [c["env"]["CUDA_VISIBLE_DEVICES"] for c in fresh] == ["GPU-b"]
+    assert started[0].read and not started[0].killed
+    standby.close_all(config)  # type: ignore[arg-type]
+    assert started[2].read == "" or started[2].killed  # GPU-c had nothing in doubt
+    assert not any(f.exists() for f in folders)
+
+
 # ---- the child, a real pytest process ------------------------------------------------------------------
 
 
@@ -222,6 +316,8 @@ def pytest_configure(config):
 
 @pytest.mark.e2e  # it starts pytest in subprocesses
 def test_the_child_measures_only_its_cases_and_writes_nothing_but_its_records(pytester, tmp_path):
+    """Started ahead, as the run starts it: it collects, waits for its request on the pipe, measures. A second one,
+    whose pipe is closed empty, ends measuring nothing."""
     pytest.importorskip("torch")
     pytester.makepyfile(test_suite=attention_suite("prefill"))
     pytester.makeconftest(CONFTEST)
@@ -229,6 +325,13 @@ def test_the_child_measures_only_its_cases_and_writes_nothing_but_its_records(py
             "--attn-dtypes=fp32", "--attn-directions=fwd", "--attn-max-time=0.02", "--benchmark-json=run.json",
             "--attn-report=rep", "--junitxml=j.xml", "--attn-save-baseline", "--attn-baselines-dir=b", "-q",
             "--log-file=run.log", "--report-log=events.jsonl", "--basetemp=bt"]
+    (pytester.path / "bt").mkdir()
+    (pytester.path / "bt" / "kept").write_text("the run's own temporary files: pytest clears --basetemp at its start")
+    run = SimpleNamespace(stash={}, invocation_params=SimpleNamespace(dir=pytester.path))
+    for gpu in ("used", "unused"):
+        standby.start(run, gpu, [sys.executable, "-m", "pytest", *args], second_look.child_env("", ""),  # type: ignore[arg-type]
+                      second_look.ENV)
+    used, unused = standby.started(run)["used"], standby.started(run)["unused"]  # type: ignore[arg-type]
     listed = subprocess.run([sys.executable, "-m", "pytest", *args[:10], "--collect-only", "-q"], cwd=pytester.path,
                             capture_output=True, text=True).stdout
     ids = [line for line in listed.splitlines() if "::test_attn[" in line][:2]
@@ -236,14 +339,16 @@ def test_the_child_measures_only_its_cases_and_writes_nothing_but_its_records(py
     request = tmp_path / "request.json"
     request.write_text(json.dumps({"pins": {ids[0]: ["cpu", 1, 1], ids[1]: ["cpu", 2, 1]},
                                    "out": str(tmp_path / "records.json")}))
-    env = second_look.child_env(request, "")
-    (pytester.path / "bt").mkdir()
-    (pytester.path / "bt" / "kept").write_text("the run's own temporary files: pytest clears --basetemp at its start")
-    done = subprocess.run([sys.executable, "-m", "pytest", *args], cwd=pytester.path, env=env, capture_output=True,
-                          text=True)
-    assert done.returncode == 0, done.stdout + done.stderr
+    standby.hand(used, request)
+    os.close(unused.pipe)  # type: ignore[arg-type]
+    unused.pipe = None
+    codes = [used.process.wait(timeout=600), unused.process.wait(timeout=600)]
+    logs = [(s.folder / "log.txt").read_text() for s in (used, unused)]
+    standby.close_all(run)  # type: ignore[arg-type]
+    assert codes == [0, 0], logs
     records = [Record.from_json(r) for r in json.loads((tmp_path / "records.json").read_text())["records"]]
     assert sorted(r.name for r in records) == sorted(ids)
+    assert "did not need it" in logs[1] and "passed" not in logs[1], logs[1]
     left = sorted(str(p.relative_to(pytester.path)) for p in pytester.path.rglob("*") if p.is_file())
     assert left == ["bt/kept", "conftest.py", "test_suite.py"], left  # no JSON, saved run, report, junit file,
     # baseline, journal, log file or report log; the run's --basetemp left as it was

@@ -16,11 +16,11 @@ and has to say), :mod:`.detect` (is this an attention run), :mod:`.bench`, :mod:
 pytest-benchmark's JSON), :mod:`.gate_inputs` (what the gate needs before the first case), :mod:`.figures` (figures
 that need the session), :mod:`.outcomes` (a case skipped or refused), :mod:`.nothing_selected` (why a run selected
 no case), :mod:`.hints` (advice valid where the user stands), :mod:`.progress`, :mod:`.summary`, :mod:`.fuzz`,
-:mod:`.gate`, :mod:`.second_look` (doubtful cases measured again before the gate), :mod:`.ab` (the paired A/B),
-:mod:`.history`, :mod:`.recovery` (each case kept as it ends; a run that died recovered), :mod:`.signals`,
-:mod:`.workers` (pytest-xdist workers and shards), :mod:`.sharding` (which problems a shard runs),
-:mod:`.scheduling` (the order problems go to the workers), :mod:`.handover` (both ends of the workers' channel,
-every key on it), :mod:`.hookspecs`, :mod:`.finish` (the session's end, in order).
+:mod:`.gate`, :mod:`.second_look` (doubtful cases measured again before the gate), :mod:`.standby` (its process,
+started ahead), :mod:`.ab` (the paired A/B), :mod:`.history`, :mod:`.recovery` (each case kept as it ends; a run
+that died recovered), :mod:`.signals`, :mod:`.workers` (pytest-xdist workers and shards), :mod:`.sharding` (which
+problems a shard runs), :mod:`.scheduling` (the order problems go to the workers), :mod:`.handover` (both ends of
+the workers' channel, every key on it), :mod:`.hookspecs`, :mod:`.finish` (the session's end, in order).
 """
 
 from __future__ import annotations

@@ -7,16 +7,21 @@ pytest process on the GPU that measured them, then gated on both runs (why, and 
   GPU handed to a child on that GPU (``CUDA_VISIBLE_DEVICES`` = its UUID; the children of several GPUs at once); each
   case's second median kept beside its first as a repeat. A child that fails or overruns costs nothing but itself:
   the cases keep their one run, and the gate says so. Not for a run cut short, an A/B, or a run that saves a baseline.
-* **The child** (:data:`ENV` names its request): the run's own command line, collecting only the named cases, each
-  timed as its first run was (timer, calls per sample, input sets), without xdist, and writing nothing of its own (no
-  JSON, saved run, report, baseline, journal, job summary, log file or other plugins' reports; no clock lock, sustained
-  phase or ncu pass) but the records it hands back.
+  The child of each GPU is started ahead (:mod:`.standby`), at the first case that GPU measured, and waits for its
+  cases with its start-up done; one the end does not need is closed.
+* **The child** (:data:`ENV` names its request, or the pipe it comes on): the run's own command line, collecting only
+  the named cases, each timed as its first run was (timer, calls per sample, input sets), without xdist, without
+  the check against the reference (the run's own passed), and writing nothing of its own (no JSON, saved run, report,
+  baseline, journal, job summary, log file or other plugins' reports; no clock lock, sustained phase or ncu pass)
+  but the records it hands back.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,14 +37,16 @@ from ..core.files import write_atomic
 from ..core.record import Record, TimerPin
 from ..verdicts.decision import by_device, gate
 from ..verdicts.in_doubt import AT_LEAST, chosen, combined
+from . import standby
 from .gate import SECOND_LOOKED, TIMER_PINS, baseline_for, cut_short
 from .gate_inputs import selection_of
 from .options import NO_LOCK
-from .session import ATTN_SESSION, CPU_THREADS, GATE_LINES, AttnSession, terminal_say
+from .session import ATTN_SESSION, CPU_THREADS, GATE_LINES, AttnSession, case_of_item, terminal_say
 from .signals import SIGNAL_GUARD
 from .workers import is_worker
 
-ENV = "PYTEST_ATTN_SECOND_LOOK"  # the child's request: a JSON file (the cases, their pins, where to write)
+#: The child's request: a JSON file (the cases, their pins, where to write), or ``fd:N`` (:mod:`.standby`).
+ENV = "PYTEST_ATTN_SECOND_LOOK"
 #: A child gets this many times its cases' first time, plus a start-up allowance, before it is stopped.
 TIMEOUT_FACTOR, TIMEOUT_START_S = 4.0, 300.0
 LAST_LINES = 8
@@ -55,9 +62,9 @@ CHILD_OFF: tuple[tuple[str, Any], ...] = (
     ("log_file", os.devnull), ("report_log", None), ("htmlpath", None), ("json_report", False),
     ("allure_report_dir", None), ("basetemp", None),
     ("attn_report", None), ("attn_save_baseline", False), ("attn_add_to_baseline", False), ("attn_baseline", "off"),
-    ("attn_lock_clocks", NO_LOCK), ("attn_trace_dir", None), ("attn_hbm", None), ("attn_sustained", None),
-    ("attn_second_look", "off"), ("numprocesses", 0), ("dist", "no"), ("tx", []), ("lf", False), ("failedfirst", False),
-    ("newfirst", False), ("stepwise", False), ("stepwise_skip", False))
+    ("attn_no_verify", True), ("attn_lock_clocks", NO_LOCK), ("attn_trace_dir", None), ("attn_hbm", None),
+    ("attn_sustained", None), ("attn_second_look", "off"), ("numprocesses", 0), ("dist", "no"), ("tx", []),
+    ("lf", False), ("failedfirst", False), ("newfirst", False), ("stepwise", False), ("stepwise_skip", False))
 
 
 def is_child() -> bool:
@@ -75,26 +82,57 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """A child: each case timed as its first run was; and no autosave (an attention run's, set at configure by
-    :func:`.session.prepare_attention_run`), read by pytest-benchmark after this."""
+    """A child: no autosave (an attention run's, set at configure by :func:`.session.prepare_attention_run`), read by
+    pytest-benchmark after this. The run: its children started ahead, where it may look again."""
     if is_child():
         config.option.benchmark_autosave = False
-        request = json.loads(Path(os.environ[ENV]).read_text())  # read once: the cases and where their records go
-        config.stash[TIMER_PINS] = {name: TimerPin(*pin) for name, pin in request["pins"].items()}
-        config.stash[CHILD_OUT] = Path(request["out"])
+        return
+    attn = config.stash.get(ATTN_SESSION, None)
+    if attn is not None and _may_look(config, attn):
+        config.pluginmanager.register(Ahead(config), "pytest-attn-second-look-ahead")
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A child keeps only the cases it was asked for."""
+    """A child keeps only the cases it was asked for, each timed as its first run was."""
     if not is_child():
         return
+    request = _request_of(config, items)
+    config.stash[TIMER_PINS] = {name: TimerPin(*pin) for name, pin in request["pins"].items()}
+    config.stash[CHILD_OUT] = Path(request["out"])
     wanted = config.stash[TIMER_PINS].keys()
     kept = [item for item in items if item.nodeid.rsplit("@", 1)[0] in wanted]
     dropped = [item for item in items if item.nodeid.rsplit("@", 1)[0] not in wanted]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+
+
+def _request_of(config: pytest.Config, items: Sequence[pytest.Item]) -> dict[str, Any]:
+    """The request, read once. A child started ahead waits here, its collection done and its back ends' libraries
+    imported, for the path to come down its pipe; a pipe closed empty (the run did not need it, or is gone) ends it,
+    having measured nothing."""
+    value = os.environ[ENV]
+    if value.startswith(standby.FD_PREFIX):
+        _import_backends(config, items)
+        with os.fdopen(int(value.removeprefix(standby.FD_PREFIX)), "rb") as pipe:
+            value = os.fsdecode(pipe.read())
+        if not value:
+            pytest.exit("pytest-attn: the run that started this second look did not need it", returncode=0)
+    request: dict[str, Any] = json.loads(Path(value).read_text())
+    return request
+
+
+def _import_backends(config: pytest.Config, items: Sequence[pytest.Item]) -> None:
+    """The libraries of the run's back ends, imported (no GPU touched): with them imported after the request, a child
+    started ahead still took 7.1 s for three cases on an H200, with them before 3.3-4.2 s (docs/gpu-validation.md, the
+    seventeenth session). One that fails to import says so where its case runs."""
+    attn = config.stash.get(ATTN_SESSION, None)
+    if attn is None:
+        return
+    for name in sorted({case.backend for case in map(case_of_item, items) if case is not None}):
+        with contextlib.suppress(Exception):
+            attn.registry.get(name).available()
 
 
 def hand_back(session: pytest.Session) -> None:
@@ -104,28 +142,70 @@ def hand_back(session: pytest.Session) -> None:
     attn = session.config.stash.get(ATTN_SESSION, None)
     if is_worker(session.config):
         _free_gpu_memory()
-    if is_child() and attn is not None:
+    if is_child() and attn is not None and CHILD_OUT in session.config.stash:
         records = [r.to_json() for r in attn.results.records]
         write_atomic(session.config.stash[CHILD_OUT], json.dumps({"records": records}))
 
 
 # ---- the run ----------------------------------------------------------------------------------------------------
-def _wanted(config: pytest.Config, attn: AttnSession) -> bool:
+def _may_look(config: pytest.Config, attn: AttnSession) -> bool:
+    """Whether this run may look again at all: what its options and its place (a child, a worker) allow."""
     options = attn.gate
     mode = "off" if is_child() or is_worker(config) else options.second_look
-    if mode == "off" or options.baseline == "off" or options.save or options.add or attn.options.ab is not None:
+    return not (mode == "off" or options.baseline == "off" or options.save or options.add
+                or attn.options.ab is not None)
+
+
+def _wanted(config: pytest.Config, attn: AttnSession) -> bool:
+    if not _may_look(config, attn) or cut_short(config) or not attn.results.records:
         return False
-    if cut_short(config) or not attn.results.records:
-        return False
-    return mode == "on" or any(r.device.is_cuda for r in attn.results.records)
+    return attn.gate.second_look == "on" or any(r.device.is_cuda for r in attn.results.records)
+
+
+class Ahead:
+    """The run: at the first case each GPU measured, where a baseline can gate that GPU's model, a second look's child
+    started on it ahead of the end (:mod:`.standby`) -- on a GPU only: on a CPU its start-up would take the CPU from
+    the cases being timed. Under pytest-xdist the controller's reports bring the workers' records."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config, self.seen, self.passed = config, 0, set[str]()
+
+    @pytest.hookimpl(trylast=True)  # after the record is kept: by the case's fixture, or by the workers' Collector
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        attn = self.config.stash.get(ATTN_SESSION, None)
+        if attn is None or len(attn.results.records) == self.seen:
+            return
+        new, self.seen = attn.results.records[self.seen:], len(attn.results.records)
+        for r in new:
+            gpu = r.device.uuid or ""
+            if not r.device.is_cuda or not gpu or gpu in self.passed:
+                continue
+            self.passed.add(gpu)
+            fp = next(iter(by_device([r], self.config.stash.get(CPU_THREADS, None), attn.libraries).values()))[0]
+            if cut_short(self.config) or baseline_for(self.config, attn.gate.baseline, attn.gate.baselines_dir,
+                                                       fp)[0] is None:
+                continue
+            with contextlib.suppress(OSError):  # no process to spare now: the end starts a fresh one as it would
+                standby.start(self.config, gpu, child_command(self.config), child_env("", gpu), ENV)
 
 
 def second_look_session(session: pytest.Session) -> None:
     """The doubtful cases of each device model measured again, their records replaced by the pair (:mod:`.finish`)."""
     config = session.config
     attn = config.stash.get(ATTN_SESSION, None)
-    if attn is None or not _wanted(config, attn):
-        return
+    try:
+        if attn is not None and _wanted(config, attn):
+            _look(config, attn)
+    finally:
+        standby.close_all(config)  # the GPUs with no case in doubt, or a run that looks at none
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """No child started ahead outlives the run, whatever ended it."""
+    standby.close_all(config)
+
+
+def _look(config: pytest.Config, attn: AttnSession) -> None:
     lines, looked = config.stash[GATE_LINES], config.stash.setdefault(SECOND_LOOKED, [])
     for fp, records in by_device(attn.results.records, config.stash.get(CPU_THREADS, None), attn.libraries).values():
         base, name, _ = baseline_for(config, attn.gate.baseline, attn.gate.baselines_dir, fp)
@@ -169,7 +249,7 @@ def _request(folder: Path, records: Sequence[Record]) -> Path:
     return path
 
 
-def child_env(request: Path, gpu: str) -> dict[str, str]:
+def child_env(request: Path | str, gpu: str) -> dict[str, str]:
     """The child's environment: the run's, with its request, on the GPU ``gpu`` (a UUID, or "" for the device the
     run has), and no job summary to append to."""
     env = {k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}
@@ -180,8 +260,8 @@ def child_env(request: Path, gpu: str) -> dict[str, str]:
 
 
 def look_again(config: pytest.Config, firsts: Sequence[Record]) -> tuple[dict[str, Record], list[str]]:
-    """``firsts`` measured again: a child per GPU, all at once. Returns the records they wrote, by name, and what
-    went wrong (a child that failed or overran: its last lines)."""
+    """``firsts`` measured again: a child per GPU, all at once (the one started ahead on it, or a fresh one). Returns
+    the records they wrote, by name, and what went wrong (a child that failed or overran: its last lines)."""
     guard = config.stash.get(SIGNAL_GUARD, None)
 
     def stopped() -> str:
@@ -192,16 +272,26 @@ def look_again(config: pytest.Config, firsts: Sequence[Record]) -> tuple[dict[st
     for r in firsts:
         by_gpu.setdefault(r.device.uuid or "", []).append(r)
     with tempfile.TemporaryDirectory(prefix="pytest-attn-second-look-") as tmp:
-        runs = []
+        runs, ahead = [], []
         for i, (gpu, records) in enumerate(by_gpu.items()):
+            budget = TIMEOUT_START_S + TIMEOUT_FACTOR * sum(r.timing.elapsed_s or 1.0 for r in records)
+            waiting = standby.take(config, gpu) if gpu else None
+            if waiting is not None:
+                standby.hand(waiting, _request(waiting.folder, records))
+                runs.append((gpu, waiting.folder, waiting.process, waiting.log, budget))
+                ahead.append(waiting.folder)
+                continue
             folder = Path(tmp) / str(i)
             folder.mkdir()
-            budget = TIMEOUT_START_S + TIMEOUT_FACTOR * sum(r.timing.elapsed_s or 1.0 for r in records)
             log = open(folder / "log.txt", "wb")  # noqa: SIM115 (closed below, once the child ended)
             child = RUN_CHILD(child_command(config), child_env(_request(folder, records), gpu),
                               config.invocation_params.dir, log)
             runs.append((gpu, folder, child, log, budget))
-        return _collect(runs, stopped)
+        try:
+            return _collect(runs, stopped)
+        finally:
+            for folder in ahead:
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def _collect(runs: list[tuple[str, Path, Any, Any, float]], stopped: Callable[[], str]
