@@ -213,19 +213,18 @@ class FakeAhead:
     def wait(self, timeout: float | None = None) -> int:
         if self.code is None:
             with os.fdopen(self.fd, "rb") as pipe:
-                self.read = pipe.read().decode()
+                self.read = "" if self.killed else pipe.read().decode()
             if self.read:
                 request = json.loads(Path(self.read).read_text())
                 gpu = self.env["CUDA_VISIBLE_DEVICES"]
                 out = [dataclasses.replace(_rec(n, FIRSTS[n] * self.factor, gpu), test=n).to_json()
                        for n in request["pins"]]
                 Path(request["out"]).write_text(json.dumps({"records": out}))
-            self.code = 0
+            self.code = -9 if self.killed else 0
         return self.code
 
     def kill(self) -> None:
         self.killed = True
-        self.wait()
 
 
 def _ahead(monkeypatch, factor: float = 1.02) -> list[FakeAhead]:
@@ -239,18 +238,27 @@ def _ahead(monkeypatch, factor: float = 1.02) -> list[FakeAhead]:
     return started
 
 
-def _run_with(records: list[Record], baseline: dict | None) -> tuple[SimpleNamespace, SimpleNamespace]:
+def _run_with(baseline: dict | None) -> tuple[SimpleNamespace, SimpleNamespace]:
     """A run (its config, its session) that may look again, ``baseline`` gating every device."""
-    attn = SimpleNamespace(results=SimpleNamespace(records=[]), libraries={},
+    attn = SimpleNamespace(results=SimpleNamespace(records=[], notes=[]), libraries={},
                            gate=SimpleNamespace(baseline="b.json", baselines_dir=Path("b")))
+    attn.results.note = attn.results.notes.append
     config = SimpleNamespace(stash={ATTN_SESSION: attn, GIVEN_BASELINE: baseline},
                              invocation_params=Config.invocation_params)
     return config, attn
 
 
+def _three_ahead(monkeypatch, factor: float = 1.02) -> tuple[list[FakeAhead], SimpleNamespace, list[Path]]:
+    started = _ahead(monkeypatch, factor)
+    config = SimpleNamespace(stash={}, invocation_params=Config.invocation_params)
+    for gpu in ("GPU-a", "GPU-b", "GPU-c"):
+        standby.start(config, gpu, ["pytest"], second_look.child_env("", gpu), second_look.ENV)  # type: ignore[arg-type]
+    return started, config, [s.folder for s in standby.started(config).values()]  # type: ignore[arg-type]
+
+
 def test_a_child_is_started_ahead_once_per_gpu_at_its_first_record_where_a_baseline_gates_it(monkeypatch):
     started = _ahead(monkeypatch)
-    config, attn = _run_with([], {"benchmarks": []})
+    config, attn = _run_with({"benchmarks": []})
     ahead = second_look.Ahead(config)  # type: ignore[arg-type]
     for r in _firsts():  # t1, t2 on GPU-a, t3 on GPU-b
         attn.results.records.append(r)
@@ -262,31 +270,66 @@ def test_a_child_is_started_ahead_once_per_gpu_at_its_first_record_where_a_basel
     standby.close_all(config)  # type: ignore[arg-type]
     assert all(s.killed for s in started) and standby.started(config) == {}  # type: ignore[arg-type]
     nothing = _ahead(monkeypatch)
-    config, attn = _run_with([], None)  # no baseline for the model: the end will not look, so nothing starts
+    config, attn = _run_with(None)  # no baseline for the model: the end will not look, so nothing starts
     attn.results.records += [_firsts()[0], dataclasses.replace(_firsts()[1], device=CPU)]
     second_look.Ahead(config).pytest_runtest_logreport(None)  # type: ignore[arg-type]
-    config, attn = _run_with([], {"benchmarks": []})  # a CPU's cases: its start-up would take the timed cases' CPU
+    config, attn = _run_with({"benchmarks": []})  # a CPU's cases: its start-up would take the timed cases' CPU
     attn.results.records.append(dataclasses.replace(_firsts()[1], device=CPU))
     second_look.Ahead(config).pytest_runtest_logreport(None)  # type: ignore[arg-type]
     assert nothing == []
 
 
+def test_a_child_that_cannot_be_started_ahead_is_said_and_left_to_the_end(monkeypatch):
+    def start(command, env, cwd, log, fd):
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(standby, "START", start)
+    config, attn = _run_with({"benchmarks": []})
+    attn.results.records.append(_firsts()[0])
+    second_look.Ahead(config).pytest_runtest_logreport(None)  # type: ignore[arg-type]
+    assert standby.started(config) == {}  # type: ignore[arg-type]
+    assert attn.results.notes == ["second look: its process on GPU-a could not be started ahead ([Errno 11] Resource"
+                                  " temporarily unavailable); it starts at the end"]
+
+
+@pytest.mark.parametrize(("args", "ahead"), [
+    ([], True), (["--attn-second-look=off"], False), (["--attn-save-baseline"], False),
+    (["--attn-add-to-baseline"], False), (["--attn-baseline=off"], False), (["--attn-ab=same,same"], False)])
+def test_only_a_run_that_may_look_again_starts_children_ahead(pytester, args, ahead):
+    config = pytester.parseconfigure("-p", "pytest_attn.plugin", "--attn-profile=cpu", *args)
+    assert (config.pluginmanager.get_plugin("pytest-attn-second-look-ahead") is not None) is ahead
+
+
 def test_the_end_hands_each_gpu_s_cases_to_its_child_started_ahead_and_closes_the_others(monkeypatch):
-    started = _ahead(monkeypatch)
+    started, config, folders = _three_ahead(monkeypatch)
     fresh = _fake(monkeypatch, 1.05)
-    config = SimpleNamespace(stash={}, invocation_params=Config.invocation_params)
-    for gpu in ("GPU-a", "GPU-b", "GPU-c"):
-        standby.start(config, gpu, ["pytest"], second_look.child_env("", gpu), second_look.ENV)  # type: ignore[arg-type]
-    folders = [s.folder for s in standby.started(config).values()]  # type: ignore[arg-type]
     started[1].code = 3  # GPU-b's died starting up: its case goes to a fresh child
     again, problems = second_look.look_again(config, _firsts())  # type: ignore[arg-type]
     assert problems == [] and again["t1"].median_s == pytest.approx(1.02e-3)  # GPU-a's, started ahead
     assert again["t3"].median_s == pytest.approx(3.15e-3)  # GPU-b's, fresh
     assert [c["env"]["CUDA_VISIBLE_DEVICES"] for c in fresh] == ["GPU-b"]
     assert started[0].read and not started[0].killed
-    standby.close_all(config)  # type: ignore[arg-type]
-    assert started[2].read == "" or started[2].killed  # GPU-c had nothing in doubt
-    assert not any(f.exists() for f in folders)
+    assert not folders[0].exists() and not folders[1].exists() and folders[2].exists()
+    second_look.second_look_session(SimpleNamespace(config=config))  # type: ignore[arg-type]  # nothing to look at
+    assert started[2].killed and started[2].read == "" and not folders[2].exists()  # GPU-c had nothing in doubt
+
+
+def test_whatever_ends_the_run_closes_every_child_started_ahead(monkeypatch):
+    started, config, folders = _three_ahead(monkeypatch)
+    second_look.pytest_unconfigure(config)  # type: ignore[arg-type]  # Ctrl-C, a usage error: unconfigure runs
+    assert all(s.killed for s in started) and not any(f.exists() for f in folders)
+    started, config, folders = _three_ahead(monkeypatch)
+    _fake(monkeypatch, 1.0)
+
+    def full(folder, records):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(second_look, "_request", full)
+    with pytest.raises(OSError, match="No space left"):
+        second_look.look_again(config, _firsts())  # type: ignore[arg-type]
+    assert started[0].killed and not folders[0].exists()  # taken for GPU-a's cases, then the request failed
+    second_look.pytest_unconfigure(config)  # type: ignore[arg-type]
+    assert all(s.killed for s in started) and not any(f.exists() for f in folders)
 
 
 # ---- the child, a real pytest process ------------------------------------------------------------------
@@ -332,19 +375,21 @@ def test_the_child_measures_only_its_cases_and_writes_nothing_but_its_records(py
         standby.start(run, gpu, [sys.executable, "-m", "pytest", *args], second_look.child_env("", ""),  # type: ignore[arg-type]
                       second_look.ENV)
     used, unused = standby.started(run)["used"], standby.started(run)["unused"]  # type: ignore[arg-type]
-    listed = subprocess.run([sys.executable, "-m", "pytest", *args[:10], "--collect-only", "-q"], cwd=pytester.path,
-                            capture_output=True, text=True).stdout
-    ids = [line for line in listed.splitlines() if "::test_attn[" in line][:2]
-    assert len(ids) == 2, listed
-    request = tmp_path / "request.json"
-    request.write_text(json.dumps({"pins": {ids[0]: ["cpu", 1, 1], ids[1]: ["cpu", 2, 1]},
-                                   "out": str(tmp_path / "records.json")}))
-    standby.hand(used, request)
-    os.close(unused.pipe)  # type: ignore[arg-type]
-    unused.pipe = None
-    codes = [used.process.wait(timeout=600), unused.process.wait(timeout=600)]
-    logs = [(s.folder / "log.txt").read_text() for s in (used, unused)]
-    standby.close_all(run)  # type: ignore[arg-type]
+    try:
+        listed = subprocess.run([sys.executable, "-m", "pytest", *args[:10], "--collect-only", "-q"],
+                                cwd=pytester.path, capture_output=True, text=True).stdout
+        ids = [line for line in listed.splitlines() if "::test_attn[" in line][:2]
+        assert len(ids) == 2, listed
+        request = tmp_path / "request.json"
+        request.write_text(json.dumps({"pins": {ids[0]: ["cpu", 1, 1], ids[1]: ["cpu", 2, 1]},
+                                       "out": str(tmp_path / "records.json")}))
+        standby.hand(used, request)
+        os.close(unused.pipe)  # type: ignore[arg-type]
+        unused.pipe = None
+        codes = [used.process.wait(timeout=600), unused.process.wait(timeout=600)]
+        logs = [(s.folder / "log.txt").read_text() for s in (used, unused)]
+    finally:
+        standby.close_all(run)  # type: ignore[arg-type]
     assert codes == [0, 0], logs
     records = [Record.from_json(r) for r in json.loads((tmp_path / "records.json").read_text())["records"]]
     assert sorted(r.name for r in records) == sorted(ids)

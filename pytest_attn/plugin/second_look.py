@@ -10,10 +10,10 @@ pytest process on the GPU that measured them, then gated on both runs (why, and 
   The child of each GPU is started ahead (:mod:`.standby`), at the first case that GPU measured, and waits for its
   cases with its start-up done; one the end does not need is closed.
 * **The child** (:data:`ENV` names its request, or the pipe it comes on): the run's own command line, collecting only
-  the named cases, each timed as its first run was (timer, calls per sample, input sets), without xdist, without
-  the check against the reference (the run's own passed), and writing nothing of its own (no JSON, saved run, report,
-  baseline, journal, job summary, log file or other plugins' reports; no clock lock, sustained phase or ncu pass)
-  but the records it hands back.
+  the named cases, each timed as its first run was (timer, calls per sample, input sets, the checks against the
+  reference before and while sampling), without xdist, and writing nothing of its own (no JSON, saved run, report,
+  baseline, journal, job summary, log file or other plugins' reports; no clock lock, sustained phase or ncu pass) but
+  the records it hands back.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -62,7 +61,7 @@ CHILD_OFF: tuple[tuple[str, Any], ...] = (
     ("log_file", os.devnull), ("report_log", None), ("htmlpath", None), ("json_report", False),
     ("allure_report_dir", None), ("basetemp", None),
     ("attn_report", None), ("attn_save_baseline", False), ("attn_add_to_baseline", False), ("attn_baseline", "off"),
-    ("attn_no_verify", True), ("attn_lock_clocks", NO_LOCK), ("attn_trace_dir", None), ("attn_hbm", None),
+    ("attn_lock_clocks", NO_LOCK), ("attn_trace_dir", None), ("attn_hbm", None),
     ("attn_sustained", None), ("attn_second_look", "off"), ("numprocesses", 0), ("dist", "no"), ("tx", []),
     ("lf", False), ("failedfirst", False), ("newfirst", False), ("stepwise", False), ("stepwise_skip", False))
 
@@ -124,8 +123,8 @@ def _request_of(config: pytest.Config, items: Sequence[pytest.Item]) -> dict[str
 
 
 def _import_backends(config: pytest.Config, items: Sequence[pytest.Item]) -> None:
-    """The libraries of the run's back ends, imported (no GPU touched): with them imported after the request, a child
-    started ahead still took 7.1 s for three cases on an H200, with them before 3.3-4.2 s (docs/gpu-validation.md, the
+    """The libraries of the run's back ends, imported (nothing run on the GPU): imported after the request instead, a
+    child started ahead still took 7.1 s for three cases on an H200, against 3.3-4.2 s (docs/gpu-validation.md, the
     seventeenth session). One that fails to import says so where its case runs."""
     attn = config.stash.get(ATTN_SESSION, None)
     if attn is None:
@@ -185,8 +184,11 @@ class Ahead:
             if cut_short(self.config) or baseline_for(self.config, attn.gate.baseline, attn.gate.baselines_dir,
                                                        fp)[0] is None:
                 continue
-            with contextlib.suppress(OSError):  # no process to spare now: the end starts a fresh one as it would
+            try:
                 standby.start(self.config, gpu, child_command(self.config), child_env("", gpu), ENV)
+            except Exception as exc:  # no process to spare now (EAGAIN, ENOMEM): the end starts a fresh one, as before
+                attn.results.note(f"second look: its process on {gpu} could not be started ahead ({exc}); it starts"
+                                  " at the end")
 
 
 def second_look_session(session: pytest.Session) -> None:
@@ -272,26 +274,33 @@ def look_again(config: pytest.Config, firsts: Sequence[Record]) -> tuple[dict[st
     for r in firsts:
         by_gpu.setdefault(r.device.uuid or "", []).append(r)
     with tempfile.TemporaryDirectory(prefix="pytest-attn-second-look-") as tmp:
-        runs, ahead = [], []
-        for i, (gpu, records) in enumerate(by_gpu.items()):
-            budget = TIMEOUT_START_S + TIMEOUT_FACTOR * sum(r.timing.elapsed_s or 1.0 for r in records)
-            waiting = standby.take(config, gpu) if gpu else None
-            if waiting is not None:
-                standby.hand(waiting, _request(waiting.folder, records))
-                runs.append((gpu, waiting.folder, waiting.process, waiting.log, budget))
-                ahead.append(waiting.folder)
-                continue
-            folder = Path(tmp) / str(i)
-            folder.mkdir()
-            log = open(folder / "log.txt", "wb")  # noqa: SIM115 (closed below, once the child ended)
-            child = RUN_CHILD(child_command(config), child_env(_request(folder, records), gpu),
-                              config.invocation_params.dir, log)
-            runs.append((gpu, folder, child, log, budget))
+        runs: list[tuple[str, Path, Any, Any, float]] = []
+        ahead: list[standby.Standby] = []
         try:
+            for i, (gpu, records) in enumerate(by_gpu.items()):
+                budget = TIMEOUT_START_S + TIMEOUT_FACTOR * sum(r.timing.elapsed_s or 1.0 for r in records)
+                waiting = standby.take(config, gpu) if gpu else None
+                if waiting is not None:
+                    ahead.append(waiting)
+                    runs.append((gpu, waiting.folder, waiting.process, waiting.log, budget))
+                    standby.hand(waiting, _request(waiting.folder, records))
+                    continue
+                folder = Path(tmp) / str(i)
+                folder.mkdir()
+                log = open(folder / "log.txt", "wb")  # noqa: SIM115 (closed below, once the child ended)
+                child = RUN_CHILD(child_command(config), child_env(_request(folder, records), gpu),
+                                  config.invocation_params.dir, log)
+                runs.append((gpu, folder, child, log, budget))
             return _collect(runs, stopped)
+        except BaseException:  # a child already started never outlives what went wrong here (a full disk, a signal)
+            for _, _, child, log, _ in runs:
+                _stop(child)
+                child.wait()
+                log.close()
+            raise
         finally:
-            for folder in ahead:
-                shutil.rmtree(folder, ignore_errors=True)
+            for waiting in ahead:
+                standby.close(waiting)
 
 
 def _collect(runs: list[tuple[str, Path, Any, Any, float]], stopped: Callable[[], str]

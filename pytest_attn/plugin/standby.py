@@ -5,8 +5,9 @@ child starts at once); started ahead, it was done 3.3-4.2 s after its request (d
 and seventeenth sessions).
 
 The pipe is the child's only tie to the run: the run writes the request's path and closes it; a run that ends without
-needing the child closes it empty (or dies, and the system closes it), and the child exits without measuring. It
-touches no GPU before its request: its collection, like any, leaves CUDA alone.
+needing the child closes it empty (or dies, and the system closes it), and the child exits without measuring. Before
+its request it runs nothing on the GPU: its collection, like any, leaves CUDA alone, though a back end's library may
+start CUDA as it is imported (FlashInfer reads each GPU's compute capability).
 """
 
 from __future__ import annotations
@@ -55,17 +56,17 @@ def start(config: pytest.Config, gpu: str, command: list[str], env: dict[str, st
     folder = Path(tempfile.mkdtemp(prefix="pytest-attn-second-look-"))
     read, write = os.pipe()
     log = open(folder / "log.txt", "wb")  # noqa: SIM115 (closed by close() or by the second look's wait)
+    held = config.stash.setdefault(STANDBYS, {})
     try:
-        process = START(command, {**env, variable: f"{FD_PREFIX}{read}"}, config.invocation_params.dir, log, read)
-    except OSError:
+        held[gpu] = Standby(gpu, folder, START(command, {**env, variable: f"{FD_PREFIX}{read}"},
+                                                config.invocation_params.dir, log, read), log, write)
+    except BaseException:
         os.close(write)
         log.close()
         shutil.rmtree(folder, ignore_errors=True)
         raise
     finally:
         os.close(read)
-    held = config.stash.setdefault(STANDBYS, {})
-    held[gpu] = Standby(gpu, folder, process, log, write)
     return held[gpu]
 
 
