@@ -300,6 +300,30 @@ def test_only_a_run_that_may_look_again_starts_children_ahead(pytester, args, ah
     assert (config.pluginmanager.get_plugin("pytest-attn-second-look-ahead") is not None) is ahead
 
 
+def test_on_the_controller_a_worker_s_first_record_starts_the_child_of_its_gpu(pytester, monkeypatch):
+    """Under pytest-xdist the record arrives in a worker's report, taken by the Collector: the child is started on the
+    report that brings it, whichever of the two hooks pluggy would call first."""
+    from pytest_attn.plugin.handover import RECORD, Collector
+
+    started = _ahead(monkeypatch)
+    monkeypatch.setattr(second_look, "baseline_for", lambda *args: ({"benchmarks": []}, "b.json", ""))
+    config = pytester.parseconfigure("-p", "pytest_attn.plugin", "--attn-profile=cpu")
+    ahead = config.pluginmanager.unregister(name="pytest-attn-second-look-ahead")
+    config.pluginmanager.register(Collector(config), Collector.NAME)
+    config.pluginmanager.register(ahead, "pytest-attn-second-look-ahead")  # called first, but for trylast
+    report = pytest.TestReport("suites/t.py::t1", ("t.py", 1, "t1"), {}, "passed", None, "call",
+                               user_properties=[(RECORD, json.dumps(_firsts()[0].to_json()))])
+    ours = (Collector.NAME, "pytest-attn-second-look-ahead")
+    try:
+        for hook in reversed(config.hook.pytest_runtest_logreport.get_hookimpls()):  # pluggy's order of calls
+            if hook.plugin_name in ours:
+                hook.function(report=report)
+        assert [s.env["CUDA_VISIBLE_DEVICES"] for s in started] == ["GPU-a"]
+    finally:
+        standby.close_all(config)
+        config._ensure_unconfigure()
+
+
 def test_the_end_hands_each_gpu_s_cases_to_its_child_started_ahead_and_closes_the_others(monkeypatch):
     started, config, folders = _three_ahead(monkeypatch)
     fresh = _fake(monkeypatch, 1.05)
