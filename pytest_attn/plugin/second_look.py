@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -294,7 +293,7 @@ def look_again(config: pytest.Config, firsts: Sequence[Record]) -> tuple[dict[st
             return _collect(runs, stopped)
         except BaseException:  # a child already started never outlives what went wrong here (a full disk, a signal)
             for _, _, child, log, _ in runs:
-                _stop(child)
+                standby.stop(child)
                 child.wait()
                 log.close()
             raise
@@ -318,7 +317,7 @@ def _collect(runs: list[tuple[str, Path, Any, Any, float]], stopped: Callable[[]
             except subprocess.TimeoutExpired:
                 why = stopped() or (f"stopped after {budget:.0f} s" if time.monotonic() - start > budget else "")
                 if why:
-                    _stop(child)
+                    standby.stop(child)
                     child.wait()
                     ended = why
         log.close()
@@ -332,14 +331,6 @@ def _collect(runs: list[tuple[str, Path, Any, Any, float]], stopped: Callable[[]
             problems.append(f"the fresh process{' on ' + gpu if gpu else ''} ended badly ({ended}); its last lines:")
             problems += [f"  {line}" for line in tail]
     return again, problems
-
-
-def _stop(child: Any) -> None:
-    """The child and whatever it started (a kernel library's compiler): its own process group."""
-    try:
-        os.killpg(child.pid, signal.SIGKILL)
-    except (AttributeError, OSError):
-        child.kill()
 
 
 def _free_gpu_memory() -> None:

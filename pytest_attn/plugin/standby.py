@@ -105,13 +105,18 @@ def close(standby: Standby) -> None:
         os.close(standby.pipe)
         standby.pipe = None
     if standby.process.poll() is None:
-        try:
-            os.killpg(standby.process.pid, signal.SIGKILL)
-        except (AttributeError, OSError):
-            standby.process.kill()
+        stop(standby.process)
     standby.process.wait()
     standby.log.close()
     shutil.rmtree(standby.folder, ignore_errors=True)
+
+
+def stop(process: Any) -> None:
+    """A second look's child and whatever it started (a kernel library's compiler): its own process group."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (AttributeError, OSError):
+        process.kill()
 
 
 def close_all(config: pytest.Config) -> None:
