@@ -34,6 +34,7 @@ import pytest
 from ..core.files import write_atomic
 from ..core.record import Record, TimerPin
 from ..verdicts.decision import by_device, gate
+from ..verdicts.fingerprint import fingerprint_of
 from ..verdicts.in_doubt import AT_LEAST, chosen, combined
 from . import standby
 from .gate import SECOND_LOOKED, TIMER_PINS, baseline_for, cut_short
@@ -179,7 +180,7 @@ class Ahead:
             if not r.device.is_cuda or not gpu or gpu in self.passed:
                 continue
             self.passed.add(gpu)
-            fp = next(iter(by_device([r], self.config.stash.get(CPU_THREADS, None), attn.libraries).values()))[0]
+            fp = fingerprint_of(r.device, r.clocks.lock, self.config.stash.get(CPU_THREADS, None), attn.libraries)
             if cut_short(self.config) or baseline_for(self.config, attn.gate.baseline, attn.gate.baselines_dir,
                                                        fp)[0] is None:
                 continue
