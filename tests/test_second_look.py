@@ -356,6 +356,27 @@ def test_whatever_ends_the_run_closes_every_child_started_ahead(monkeypatch):
     assert all(s.killed for s in started) and not any(f.exists() for f in folders)
 
 
+
+@pytest.mark.parametrize("child, status", [(True, 0), (True, 1), (False, 0)])
+def test_a_child_leaves_at_once_with_its_exit_status_and_a_run_exits_as_it_would(monkeypatch, child, status):
+    """A child's interpreter exit skips the libraries' exit work (the run waits for it); its status is kept."""
+    if child:
+        monkeypatch.setenv(second_look.ENV, "fd:9")
+    else:
+        monkeypatch.delenv(second_look.ENV, raising=False)
+    handlers: list = []
+    left: list[int] = []
+    monkeypatch.setattr(second_look.atexit, "register", handlers.append)
+    monkeypatch.setattr(second_look, "leave", left.append)
+    config = SimpleNamespace(stash=pytest.Stash())
+    session = SimpleNamespace(config=config, exitstatus=0)
+    second_look.hand_back(session)  # type: ignore[arg-type]  # the last step of the session's end
+    session.exitstatus = pytest.ExitCode(status)  # set after the session's end hooks, as a failing gate does
+    second_look.pytest_unconfigure(config)  # type: ignore[arg-type]
+    for handler in handlers:
+        handler()
+    assert left == ([status] if child else [])
+
 # ---- the child, a real pytest process ------------------------------------------------------------------
 
 
@@ -378,6 +399,13 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     if config.option.report_log:
         open(config.option.report_log, "w").close()
+
+
+def pytest_sessionstart(session):  # a library's work at a child's exit, leaving a mark where it ran
+    import atexit, os, pathlib
+
+    if os.environ.get("PYTEST_ATTN_SECOND_LOOK"):
+        atexit.register(pathlib.Path(str(session.config.rootpath), "exit-work").write_text, "ran")
 """
 
 
@@ -420,4 +448,5 @@ def test_the_child_measures_only_its_cases_and_writes_nothing_but_its_records(py
     assert "did not need it" in logs[1] and "passed" not in logs[1], logs[1]
     left = sorted(str(p.relative_to(pytester.path)) for p in pytester.path.rglob("*") if p.is_file())
     assert left == ["bt/kept", "conftest.py", "test_suite.py"], left  # no JSON, saved run, report, junit file,
-    # baseline, journal, log file or report log; the run's --basetemp left as it was
+    # baseline, journal, log file or report log; the run's --basetemp left as it was; no exit work: both children left
+    # at once (``exit-work``)

@@ -13,11 +13,13 @@ pytest process on the GPU that measured them, then gated on both runs (why, and 
   the named cases, each timed as its first run was (timer, calls per sample, input sets, the checks against the
   reference before and while sampling), without xdist, and writing nothing of its own (no JSON, saved run, report,
   baseline, journal, job summary, log file or other plugins' reports; no clock lock, sustained phase or ncu pass) but
-  the records it hands back.
+  the records it hands back. Its session done, it leaves at once with its exit status, as a worker does
+  (:func:`.workers.leave`): the run waits for it.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -42,7 +44,7 @@ from .gate_inputs import selection_of
 from .options import NO_LOCK
 from .session import ATTN_SESSION, CPU_THREADS, GATE_LINES, AttnSession, case_of_item, terminal_say
 from .signals import SIGNAL_GUARD
-from .workers import is_worker
+from .workers import is_worker, leave
 
 #: The child's request: a JSON file (the cases, their pins, where to write), or ``fd:N`` (:mod:`.standby`).
 ENV = "PYTEST_ATTN_SECOND_LOOK"
@@ -51,6 +53,7 @@ TIMEOUT_FACTOR, TIMEOUT_START_S = 4.0, 300.0
 LAST_LINES = 8
 POLL_S = 1.0  # how often a wait for the children looks for a Ctrl-C or SIGTERM
 CHILD_OUT = pytest.StashKey[Path]()  # a child: where it writes its records
+CHILD_SESSION = pytest.StashKey[pytest.Session]()  # a child: its session, whose exit status it leaves with
 #: What a child never does, whatever the command line, addopts or PYTEST_ADDOPTS say: (option dest, value). The files
 #: the run writes are among them: pytest's ``log_file`` (option or ini) and pytest-reportlog's are opened for writing
 #: at configure, so a child's would truncate the run's own while the run writes them (tests/test_second_look.py);
@@ -135,12 +138,14 @@ def _import_backends(config: pytest.Config, items: Sequence[pytest.Item]) -> Non
 
 
 def hand_back(session: pytest.Session) -> None:
-    """A child hands its records back, every case it measured (:mod:`.finish`); a pytest-xdist worker gives back the
-    GPU memory its allocator keeps, which the controller's second look may need on this GPU while the worker waits
-    to be shut down."""
+    """A child hands its records back, every case it measured (:mod:`.finish`), and keeps its session for the exit
+    status it leaves with (:func:`pytest_unconfigure`); a pytest-xdist worker gives back the GPU memory its allocator
+    keeps, which the controller's second look may need on this GPU while the worker waits to be shut down."""
     attn = session.config.stash.get(ATTN_SESSION, None)
     if is_worker(session.config):
         _free_gpu_memory()
+    if is_child():
+        session.config.stash[CHILD_SESSION] = session
     if is_child() and attn is not None and CHILD_OUT in session.config.stash:
         records = [r.to_json() for r in attn.results.records]
         write_atomic(session.config.stash[CHILD_OUT], json.dumps({"records": records}))
@@ -202,9 +207,14 @@ def second_look_session(session: pytest.Session) -> None:
         standby.close_all(config)  # the GPUs with no case in doubt, or a run that looks at none
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """No child started ahead outlives the run, whatever ended it."""
+    """No child started ahead outlives the run, whatever ended it. A child leaves at once when its interpreter
+    exits, skipping the libraries' own exit work (registered last, its handler runs first)."""
     standby.close_all(config)
+    session = config.stash.get(CHILD_SESSION, None)
+    if session is not None:
+        atexit.register(lambda: leave(int(session.exitstatus)))
 
 
 def _look(config: pytest.Config, attn: AttnSession) -> None:

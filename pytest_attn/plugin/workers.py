@@ -237,18 +237,18 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if folder is not None:
         shutil.rmtree(folder, ignore_errors=True)
     if is_worker(config) and config.stash.get(ATTENTION_RUN, False):
-        atexit.register(_leave)  # registered last, so it runs first when xdist tells the worker to exit
+        atexit.register(leave)  # registered last, so it runs first when xdist tells the worker to exit
 
 
-def _leave() -> None:
-    """A worker of an attention run, its results handed over and its session unconfigured: leave now. The
-    controller waits for every worker to exit, and what the libraries do at exit is of no use to the run --
-    torch.compile's pool of compile processes shut down one by one, then the interpreter and CUDA torn down:
-    3-4 s after the last case on 2 x H200 (docs/gpu-validation.md#how-long-it-takes)."""
+def leave(status: int = 0) -> None:
+    """A worker of an attention run (or a second look's child), its results handed over and its session
+    unconfigured: leave now, with ``status``. The process that waits for it gains nothing from what the libraries
+    do at exit -- torch.compile's pool of compile processes shut down one by one, then the interpreter and CUDA
+    torn down: 3-4 s after the last case on 2 x H200 (docs/gpu-validation.md#how-long-it-takes)."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
-    os._exit(0)
+    os._exit(status)
 
 
 @pytest.hookimpl(tryfirst=True)
