@@ -366,16 +366,22 @@ def test_a_child_leaves_at_once_with_its_exit_status_and_a_run_exits_as_it_would
         monkeypatch.delenv(second_look.ENV, raising=False)
     handlers: list = []
     left: list[int] = []
-    monkeypatch.setattr(second_look.atexit, "register", handlers.append)
+    monkeypatch.setattr(second_look.atexit, "register", lambda fn, *args: handlers.append((fn, args)))
     monkeypatch.setattr(second_look, "leave", left.append)
-    config = SimpleNamespace(stash=pytest.Stash())
+    config = SimpleNamespace(stash=pytest.Stash(), option=SimpleNamespace(basetemp="bt"))
+    second_look.pytest_cmdline_main(config)  # type: ignore[arg-type]
+    temporary = Path(config.option.basetemp)
+    if child:  # its own folder, not pytest's numbered ones, nor the run's --basetemp
+        temporary.mkdir()
+        assert temporary.parent.name.startswith("pytest-attn-second-look-tmp-")
     session = SimpleNamespace(config=config, exitstatus=0)
     second_look.hand_back(session)  # type: ignore[arg-type]  # the last step of the session's end
     session.exitstatus = pytest.ExitCode(status)  # set after the session's end hooks, as a failing gate does
     second_look.pytest_unconfigure(config)  # type: ignore[arg-type]
-    for handler in handlers:
-        handler()
+    for fn, args in handlers:
+        fn(*args)
     assert left == ([status] if child else [])
+    assert not temporary.parent.exists() if child else config.option.basetemp == "bt"
 
 # ---- the child, a real pytest process ------------------------------------------------------------------
 
@@ -410,10 +416,14 @@ def pytest_sessionstart(session):  # a library's work at a child's exit, leaving
 
 
 @pytest.mark.e2e  # it starts pytest in subprocesses
-def test_the_child_measures_only_its_cases_and_writes_nothing_but_its_records(pytester, tmp_path):
+def test_the_child_measures_only_its_cases_and_writes_nothing_but_its_records(pytester, tmp_path, monkeypatch):
     """Started ahead, as the run starts it: it collects, waits for its request on the pipe, measures. A second one,
     whose pipe is closed empty, ends measuring nothing."""
     pytest.importorskip("torch")
+    system_tmp = tmp_path / "system-tmp"  # the children's TMPDIR: their temporary files must not outlive them
+    system_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(system_tmp))
+    monkeypatch.setenv("PYTEST_DEBUG_TEMPROOT", str(system_tmp))  # where pytester sends pytest's numbered folders
     pytester.makepyfile(test_suite=attention_suite("prefill"))
     pytester.makeconftest(CONFTEST)
     args = ["-p", "pytest_attn.plugin", "-p", "no:cacheprovider", "--attn-profile=cpu", "--attn-backends=sdpa-math",
@@ -447,6 +457,7 @@ def test_the_child_measures_only_its_cases_and_writes_nothing_but_its_records(py
     assert sorted(r.name for r in records) == sorted(ids)
     assert "did not need it" in logs[1] and "passed" not in logs[1], logs[1]
     left = sorted(str(p.relative_to(pytester.path)) for p in pytester.path.rglob("*") if p.is_file())
+    assert not list(system_tmp.iterdir()), list(system_tmp.iterdir())  # nor pytest's numbered folders
     assert left == ["bt/kept", "conftest.py", "test_suite.py"], left  # no JSON, saved run, report, junit file,
     # baseline, journal, log file or report log; the run's --basetemp left as it was; no exit work: both children left
     # at once (``exit-work``)

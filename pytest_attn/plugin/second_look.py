@@ -23,6 +23,7 @@ import atexit
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -54,6 +55,7 @@ LAST_LINES = 8
 POLL_S = 1.0  # how often a wait for the children looks for a Ctrl-C or SIGTERM
 CHILD_OUT = pytest.StashKey[Path]()  # a child: where it writes its records
 CHILD_SESSION = pytest.StashKey[pytest.Session]()  # a child: its session, whose exit status it leaves with
+CHILD_TMP = pytest.StashKey[Path]()  # a child: the folder of its temporary files
 #: What a child never does, whatever the command line, addopts or PYTEST_ADDOPTS say: (option dest, value). The files
 #: the run writes are among them: pytest's ``log_file`` (option or ini) and pytest-reportlog's are opened for writing
 #: at configure, so a child's would truncate the run's own while the run writes them (tests/test_second_look.py);
@@ -76,11 +78,15 @@ def is_child() -> bool:
 # ---- the child --------------------------------------------------------------------------------------------------
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
-    """A child turns off what would write or lock, and xdist, before any plugin configures."""
+    """A child turns off what would write or lock, and xdist, before any plugin configures. Its temporary files go to a
+    folder of its own, removed as it leaves: under pytest's numbered folders it would hold a slot of the user's own
+    runs, and a lock that only the exit work it skips removes."""
     if is_child():
         for dest, value in CHILD_OFF:
             if hasattr(config.option, dest):
                 setattr(config.option, dest, value)
+        config.stash[CHILD_TMP] = Path(tempfile.mkdtemp(prefix="pytest-attn-second-look-tmp-"))
+        config.option.basetemp = str(config.stash[CHILD_TMP] / "basetemp")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -214,7 +220,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     standby.close_all(config)
     session = config.stash.get(CHILD_SESSION, None)
     if session is not None:
-        atexit.register(lambda: leave(int(session.exitstatus)))
+        atexit.register(_leave_child, session)
+
+
+def _leave_child(session: pytest.Session) -> None:
+    shutil.rmtree(session.config.stash[CHILD_TMP], ignore_errors=True)
+    leave(int(session.exitstatus))
 
 
 def _look(config: pytest.Config, attn: AttnSession) -> None:
