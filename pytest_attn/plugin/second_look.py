@@ -150,9 +150,10 @@ def hand_back(session: pytest.Session) -> None:
     attn = session.config.stash.get(ATTN_SESSION, None)
     if is_worker(session.config):
         _free_gpu_memory()
-    if is_child():
-        session.config.stash[CHILD_SESSION] = session
-    if is_child() and attn is not None and CHILD_OUT in session.config.stash:
+    if not is_child():
+        return
+    session.config.stash[CHILD_SESSION] = session
+    if attn is not None and CHILD_OUT in session.config.stash:
         records = [r.to_json() for r in attn.results.records]
         write_atomic(session.config.stash[CHILD_OUT], json.dumps({"records": records}))
 
